@@ -1,0 +1,29 @@
+"""Installation of tuna. Pins what must be pinned: apache-tvm-ffi 0.1.15.post2 crashes MetaSchedule."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="tuna",
+    version="0.1.0",
+    description="Static cost models that let TVM MetaSchedule tune for CPUs and NVIDIA GPUs it cannot run on",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["tuna", "tuna.*"]),
+    package_data={"tuna.data": ["targets/*.toml"]},
+    install_requires=[
+        "apache-tvm==0.27.0.post1",
+        "apache-tvm-ffi==0.1.14.post0",
+        "numpy",
+        "networkx",
+        "islpy",
+        "capstone>=5",
+        "pyelftools",
+        "psutil",
+        "cloudpickle",
+        "xgboost",
+        "scipy",
+    ],
+    extras_require={"test": ["pytest", "ruff"], "plots": ["matplotlib"]},
+    entry_points={"console_scripts": ["tuna = tuna.cli:main"]},
+)

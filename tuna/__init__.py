@@ -1,0 +1,42 @@
+"""tuna: rank and tune TVM tensor programs for CPUs and NVIDIA GPUs without running them.
+
+The MetaSchedule adapters live in :mod:`tuna.integration`, the only module that imports
+TVM; they are loaded on first use so that ``tuna targets`` and the pure analyses start fast.
+"""
+
+from .errors import AnalysisError, TargetError, TunaError, UnsupportedISAError, WorkloadError
+from .estimate import Estimate, analyze
+from .machine import Machine, preset, presets, resolve
+
+__version__ = "0.1.0"
+
+_LAZY = {"TunaCostModel", "StaticRunner", "StaticBuilder", "tune", "TuneResult", "load_workload", "kernel_from_module"}
+
+__all__ = [
+    "AnalysisError",
+    "Estimate",
+    "Machine",
+    "StaticBuilder",
+    "StaticRunner",
+    "TargetError",
+    "TunaCostModel",
+    "TunaError",
+    "TuneResult",
+    "UnsupportedISAError",
+    "WorkloadError",
+    "analyze",
+    "kernel_from_module",
+    "load_workload",
+    "preset",
+    "presets",
+    "resolve",
+    "tune",
+]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        from . import integration
+
+        return getattr(integration, name)
+    raise AttributeError(f"module 'tuna' has no attribute {name!r}")

@@ -1,0 +1,195 @@
+"""The CPU IR tier: a static estimate from the loop tree alone, in about a millisecond.
+
+Per statement it counts SIMD arithmetic, loads and stores the way LLVM will emit them for
+TVM's loops: vectorized loops become vector instructions of the target's width; the
+innermost unrolled and vectorized loops form a register tile in which each distinct
+vector is loaded once; loads invariant in the loops just outside the tile are hoisted
+while the tile fits in the vector registers. Reductions are bounded by the FMA latency
+over the tile's independent accumulators. Each top-level loop nest is then bounded by
+the busiest resource (FP pipes, load/store ports, front end, cache fills, DRAM) and
+divided over the cores its outermost parallel loop can occupy.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from types import MappingProxyType
+
+from ..estimate import Estimate
+from ..footprint import data_movement
+from ..ir import Access, KernelIR, Loop, LoopKind, Statement, walk
+from ..machine import Machine
+
+#: Instructions of loop control (increment, compare, branch) per iteration of a rolled loop.
+LOOP_OVERHEAD_INSTRUCTIONS = 2
+#: Cost of one parallel region launch in TVM's thread pool, seconds (order of magnitude of
+#: the fork/join of TVM's runtime thread pool; an assumption until calibrated).
+PARALLEL_LAUNCH_SECONDS = 3e-6
+
+
+def unrolled_loops(loops: tuple[Loop, ...]) -> set[str]:
+    """Variables of loops that TVM or LLVM unrolls.
+
+    Explicitly unrolled loops, and inner loops under a ``pragma_auto_unroll_max_step``
+    annotation while the product of their extents stays within the step limit.
+    """
+    unrolled = {lp.var for lp in loops if lp.kind == LoopKind.UNROLLED}
+    max_step, start = 0, len(loops)
+    for pos, lp in enumerate(loops):
+        if lp.unroll_max_step:
+            max_step, start = lp.unroll_max_step, pos + 1
+    steps = 1
+    for lp in reversed(loops[start:]):
+        if lp.kind == LoopKind.VECTORIZED:
+            continue
+        steps *= lp.extent
+        if steps > max_step or lp.kind in (LoopKind.PARALLEL, LoopKind.THREAD):
+            break
+        unrolled.add(lp.var)
+    return unrolled
+
+
+def _vector_loop(loops: tuple[Loop, ...]) -> Loop | None:
+    vec = [lp for lp in loops if lp.kind == LoopKind.VECTORIZED]
+    return vec[-1] if vec else None
+
+
+def _vector_cost(access: Access, vec: Loop | None, hw_lanes: int) -> int:
+    """Instructions one access needs per iteration of the vectorized loop."""
+    if vec is None or not access.depends_on(vec.var):
+        return 1
+    last = access.indices[-1] if access.indices else None
+    contiguous = (
+        last is not None
+        and last.coeff(vec.var) == 1
+        and not any(ix.depends_on(vec.var) for ix in access.indices[:-1])
+        and vec.var not in last.opaque
+    )
+    return math.ceil(vec.extent / hw_lanes) if contiguous else vec.extent
+
+
+def statement_counts(stmt: Statement, loops: tuple[Loop, ...], machine: Machine) -> Counter:
+    """Dynamic instruction counts of one statement, by class."""
+    counts: Counter = Counter()
+    execs = math.prod(lp.extent for lp in loops)
+    vec = _vector_loop(loops)
+    hw = machine.lanes(stmt.dtype_bytes)
+    vl = vec.extent if vec else 1
+    vinstr = math.ceil(vl / hw)
+    for kind, n in stmt.ops:
+        counts[kind] += n * execs // vl * vinstr
+    counts["lanes_fma"] += stmt.op_count("fma") * execs
+
+    unrolled = unrolled_loops(loops)
+    tile_start = len(loops)
+    while tile_start > 0 and (
+        loops[tile_start - 1].var in unrolled or loops[tile_start - 1].kind == LoopKind.VECTORIZED
+    ):
+        tile_start -= 1
+    tile, outside = loops[tile_start:], loops[:tile_start]
+
+    distinct: dict[tuple, int] = {}
+    for acc in stmt.accesses:
+        n = _vector_cost(acc, vec, hw)
+        for lp in tile:
+            if lp is not vec and acc.depends_on(lp.var):
+                n *= lp.extent
+        distinct[(acc.buffer, acc.indices, acc.write)] = n
+    live = {}
+    for (buf, idx, _), n in distinct.items():
+        live[(buf, idx)] = max(live.get((buf, idx), 0), n)
+    registers = sum(live.values())
+    fits = registers <= machine.vector_registers
+    if not fits:
+        counts["spill"] += (registers - machine.vector_registers) * math.prod(lp.extent for lp in outside)
+
+    for (buf, idx, write), n in distinct.items():
+        hoisting = fits
+        for lp in reversed(outside):
+            if hoisting and not any(ix.depends_on(lp.var) for ix in idx):
+                continue
+            hoisting = False
+            n *= lp.extent
+        counts["store" if write else "load"] += n
+
+    writes = [a for a in stmt.accesses if a.write]
+    if writes and stmt.op_count("fma") + stmt.op_count("add"):
+        reduce_loops = [lp for lp in loops if not any(w.depends_on(lp.var) for w in writes)]
+        if reduce_loops:
+            accumulators = sum(n for (b, _, w), n in distinct.items() if w)
+            chain = (stmt.op_count("fma") + stmt.op_count("add")) * execs // vl * vinstr
+            counts["chain"] += chain * machine.latency.get("fma", 4) / max(1, accumulators)
+
+    for pos, lp in enumerate(loops):
+        if lp.var not in unrolled and lp.kind != LoopKind.VECTORIZED:
+            counts["loop_iterations"] += math.prod(x.extent for x in loops[: pos + 1])
+    return counts
+
+
+def _parallel_width(node: Loop | Statement) -> int:
+    """Iterations of the outermost parallel loop on the nest's spine (1 if none)."""
+    while isinstance(node, Loop):
+        if node.kind == LoopKind.PARALLEL:
+            return node.extent
+        if len(node.body) != 1:
+            return 1
+        node = node.body[0]
+    return 1
+
+
+def _nest_cycles(node: Loop | Statement, machine: Machine, feats: Counter) -> float:
+    counts: Counter = Counter()
+    for stmt, loops in walk((node,)):
+        counts.update(statement_counts(stmt, loops, machine))
+    tp = machine.throughput
+    fp = max(
+        (counts["fma"] + counts["mul"]) / tp["fma"],
+        counts["add"] / tp["add"],
+    ) + counts["div"] / tp["div"] + counts["special"] / tp["special"]
+    loads = (counts["load"] + counts["spill"]) / tp["load"]
+    stores = (counts["store"] + counts["spill"]) / tp["store"]
+    instructions = (
+        sum(counts[k] for k in ("fma", "add", "mul", "div", "special", "cast", "cmp", "load", "store"))
+        + 2 * counts["spill"]
+        + LOOP_OVERHEAD_INSTRUCTIONS * counts["loop_iterations"]
+    )
+    frontend = instructions / machine.issue_width
+    fills = 0.0
+    for level in machine.caches:
+        _, moved = data_movement(node, level.size_bytes, level.line_bytes)
+        volume = sum(moved.values())
+        feats[f"L{level.level}_fill_bytes"] += volume
+        fills = max(fills, volume / level.bytes_per_cycle)
+    # Data that misses the last level comes from DRAM: that is the last level's fill volume.
+    dram_bytes = feats[f"L{machine.caches[-1].level}_fill_bytes"] if machine.caches else 0.0
+    core = max(fp, loads, stores, frontend, counts["chain"], fills)
+    if machine.in_order:
+        core = fp + loads + stores + counts["chain"] / 2
+    width = _parallel_width(node)
+    active = min(width, machine.cores)
+    imbalance = math.ceil(width / active) * active / width
+    for key in ("fma", "add", "mul", "load", "store", "spill", "lanes_fma", "loop_iterations", "chain"):
+        feats[key] += counts[key]
+    feats["fp_cycles"] += fp
+    feats["load_cycles"] += loads
+    feats["store_cycles"] += stores
+    feats["frontend_cycles"] += frontend
+    feats["fill_cycles"] += fills
+    feats["dram_bytes"] += dram_bytes
+    cycles = core / active * imbalance
+    feats["core_cycles"] += cycles
+    dram_cycles = dram_bytes / (machine.memory_gbps * 1e9) * machine.frequency_ghz * 1e9
+    launch = PARALLEL_LAUNCH_SECONDS * machine.frequency_ghz * 1e9 if width > 1 else 0.0
+    feats["parallel_nests"] += width > 1
+    feats["threads_used"] = max(feats["threads_used"], active)
+    return max(cycles, dram_cycles) + launch
+
+
+def estimate(kernel: KernelIR, machine: Machine) -> Estimate:
+    """Predict the run time of ``kernel`` on the CPU ``machine`` from its loop tree."""
+    feats: Counter = Counter()
+    cycles = sum(_nest_cycles(node, machine, feats) for node in kernel.body)
+    feats["cycles"] = cycles
+    seconds = cycles / (machine.frequency_ghz * 1e9)
+    return Estimate(seconds=seconds, tier="ir", features=MappingProxyType(dict(feats)))

@@ -1,0 +1,1 @@
+"""NVIDIA GPU analyses: IR-tier estimate now; PTX parsing, occupancy and bank conflicts to come."""

@@ -1,0 +1,710 @@
+"""The TVM side of tuna: the only module that imports ``tvm``.
+
+It turns TIR into :class:`tuna.ir.KernelIR`, and adapts tuna's analyses to MetaSchedule:
+:class:`TunaCostModel` (a ``PyCostModel``), :class:`StaticRunner` (a ``PyRunner`` that
+predicts instead of measuring), :class:`StaticBuilder` (a ``LocalBuilder`` that leaves the
+scheduled TIR beside each artifact for the runner), and :func:`tune`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tvm
+import tvm_ffi
+from tvm import s_tir, tirx
+from tvm.ir.utils import derived_object
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.builder import LocalBuilder
+from tvm.s_tir.meta_schedule.builder.local_builder import default_build, default_export
+from tvm.s_tir.meta_schedule.cost_model import PyCostModel
+from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture, RunnerFuture, RunnerResult
+from tvm.s_tir.meta_schedule.testing import te_workload
+
+from . import ir
+from .errors import AnalysisError, TunaError, WorkloadError
+from .estimate import WORST_SCORE, WORST_SECONDS, Estimate, analyze
+from .machine import Machine, resolve
+
+logger = logging.getLogger("tuna")
+
+#: Name of the file :class:`StaticBuilder` writes beside each artifact.
+SIDECAR = "tuna-kernel.py"
+
+# ---------------------------------------------------------------------------------------
+# TIR -> KernelIR
+# ---------------------------------------------------------------------------------------
+
+_ARITH = {
+    tirx.Add: "add",
+    tirx.Sub: "add",
+    tirx.Mul: "mul",
+    tirx.Div: "div",
+    tirx.FloorDiv: "div",
+    tirx.Max: "add",
+    tirx.Min: "add",
+}
+_SPECIAL_CALLS = ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "pow", "sin", "cos")
+
+
+class _Affine:
+    """A linear form over loop variables, plus the variables it depends on non-linearly."""
+
+    __slots__ = ("coeffs", "const", "opaque")
+
+    def __init__(self, coeffs=None, const=0, opaque=frozenset()):
+        self.coeffs: dict[str, int] = coeffs or {}
+        self.const = const
+        self.opaque: frozenset[str] = opaque
+
+    def vars(self) -> frozenset[str]:
+        return frozenset(self.coeffs) | self.opaque
+
+    def is_const(self) -> bool:
+        return not self.coeffs and not self.opaque
+
+    def plus(self, other: _Affine, sign: int = 1) -> _Affine:
+        coeffs = dict(self.coeffs)
+        for var, c in other.coeffs.items():
+            coeffs[var] = coeffs.get(var, 0) + sign * c
+        coeffs = {v: c for v, c in coeffs.items() if c}
+        return _Affine(coeffs, self.const + sign * other.const, self.opaque | other.opaque)
+
+    def scaled(self, k: int) -> _Affine:
+        return _Affine({v: c * k for v, c in self.coeffs.items() if c * k}, self.const * k, self.opaque)
+
+    def index(self) -> ir.Index:
+        opaque = tuple(sorted(self.opaque - set(self.coeffs))) + tuple(
+            sorted(v for v in self.opaque if v in self.coeffs)
+        )
+        return ir.Index(tuple(sorted(self.coeffs.items())), int(self.const), opaque)
+
+
+def _affine(expr, env: dict[Any, _Affine]) -> _Affine:
+    """Decompose an index expression over the loop variables bound in ``env``."""
+    if isinstance(expr, tvm.tirx.IntImm):
+        return _Affine(const=int(expr.value))
+    if isinstance(expr, tvm.tirx.Var):
+        return env.get(expr, _Affine())
+    if isinstance(expr, tvm.tirx.Cast):
+        return _affine(expr.value, env)
+    if isinstance(expr, (tirx.Add, tirx.Sub)):
+        return _affine(expr.a, env).plus(_affine(expr.b, env), 1 if isinstance(expr, tirx.Add) else -1)
+    if isinstance(expr, tirx.Mul):
+        a, b = _affine(expr.a, env), _affine(expr.b, env)
+        if b.is_const():
+            return a.scaled(b.const)
+        if a.is_const():
+            return b.scaled(a.const)
+        return _Affine(opaque=a.vars() | b.vars())
+    names: set[str] = set()
+    for node in _subexprs(expr):
+        if isinstance(node, tvm.tirx.Var) and node in env:
+            names.update(env[node].vars())
+    return _Affine(opaque=frozenset(names))
+
+
+_CHILD_FIELDS = ("a", "b", "value", "condition", "true_value", "false_value", "base", "stride")
+
+
+def _subexprs(expr):
+    """Yield ``expr`` and all its sub-expressions, buffer-load subscripts included."""
+    stack = [expr]
+    while stack:
+        e = stack.pop()
+        yield e
+        for name in _CHILD_FIELDS:
+            child = getattr(e, name, None)
+            if isinstance(child, tvm.ir.expr.Expr):
+                stack.append(child)
+        for name in ("args", "indices"):
+            children = getattr(e, name, None)
+            if children is not None and not isinstance(e, tvm.tirx.BufferStore):
+                stack.extend(c for c in children if isinstance(c, tvm.ir.expr.Expr))
+
+
+def _ty(expr) -> str:
+    """The element type of an expression, as a string ("float32", "int32", ...)."""
+    return str(getattr(expr, "ty", "") or getattr(expr, "dtype", ""))
+
+
+def _dtype_bytes(dtype) -> int:
+    return max(1, tvm.DataType(str(dtype)).bits * tvm.DataType(str(dtype)).lanes // 8)
+
+
+def _count_ops(value) -> list[tuple[str, int]]:
+    """Arithmetic operations of one stored value, with ``a + b * c`` on floats as an FMA."""
+    counts: dict[str, int] = {}
+
+    def add(kind: str) -> None:
+        counts[kind] = counts.get(kind, 0) + 1
+
+    def visit(e) -> None:
+        if isinstance(e, tirx.Add) and "float" in _ty(e):
+            if isinstance(e.b, tirx.Mul) or isinstance(e.a, tirx.Mul):
+                mul, other = (e.b, e.a) if isinstance(e.b, tirx.Mul) else (e.a, e.b)
+                add("fma")
+                visit(mul.a), visit(mul.b), visit(other)
+                return
+        for cls, kind in _ARITH.items():
+            if isinstance(e, cls):
+                if "float" in _ty(e) or kind in ("div",):
+                    add(kind)
+                visit(e.a), visit(e.b)
+                return
+        if isinstance(e, tirx.Cast):
+            add("cast")
+            visit(e.value)
+        elif isinstance(e, tirx.Select):
+            add("cmp")
+            for part in (e.condition, e.true_value, e.false_value):
+                visit(part)
+        elif isinstance(e, tvm.ir.Call):
+            name = str(e.op.name) if hasattr(e.op, "name") else str(e.op)
+            if name.endswith("if_then_else"):
+                add("cmp")
+            elif any(name.endswith(s) for s in _SPECIAL_CALLS):
+                add("special")
+            for arg in e.args:
+                visit(arg)
+        elif isinstance(e, (tirx.EQ, tirx.NE, tirx.LT, tirx.LE, tirx.GT, tirx.GE)):
+            add("cmp")
+            visit(e.a), visit(e.b)
+        elif isinstance(e, (tirx.And, tirx.Or)):
+            visit(e.a), visit(e.b)
+        elif isinstance(e, tirx.Not):
+            visit(e.a)
+
+    visit(value)
+    return sorted(counts.items())
+
+
+class _Extractor:
+    """Walks a scheduled PrimFunc and builds the loop tree."""
+
+    def __init__(self) -> None:
+        self.allocations: list[ir.Allocation] = []
+        self.names: dict[Any, str] = {}
+
+    def _name(self, var) -> str:
+        if var not in self.names:
+            base = str(var.name)
+            name, n = base, 1
+            while name in self.names.values():
+                n += 1
+                name = f"{base}_{n}"
+            self.names[var] = name
+        return self.names[var]
+
+    def _access(self, buf, indices, write: bool, env) -> ir.Access:
+        shape = tuple(int(s) if isinstance(s, tvm.tirx.IntImm) else 1 for s in buf.shape)
+        idx = []
+        for i in indices:
+            if isinstance(i, tirx.Ramp):  # already vectorized: base + lane * stride
+                idx.append(_affine(i.base, env).index())
+            else:
+                idx.append(_affine(i, env).index())
+        return ir.Access(
+            buffer=str(buf.name),
+            write=write,
+            indices=tuple(idx),
+            shape=shape,
+            dtype_bytes=_dtype_bytes(buf.dtype),
+            scope=str(buf.scope()),
+        )
+
+    def _statement(self, store, block_name: str, env) -> ir.Statement:
+        accesses: list[ir.Access] = []
+
+        for e in _subexprs(store.value):
+            if isinstance(e, tvm.ir.TensorLoad):
+                accesses.append(self._access(e.source, e.indices, False, env))
+        accesses.append(self._access(store.buffer, store.indices, True, env))
+        return ir.Statement(
+            name=block_name,
+            accesses=tuple(accesses),
+            ops=tuple(_count_ops(store.value)),
+            dtype_bytes=_dtype_bytes(_ty(store.value)),
+        )
+
+    def visit(self, stmt, env, block_name: str) -> list[ir.Node]:
+        if isinstance(stmt, tirx.For):
+            if not isinstance(stmt.extent, tvm.tirx.IntImm):
+                raise AnalysisError(f"loop {stmt.loop_var} has a symbolic extent {stmt.extent}; tuna needs static shapes")
+            name = self._name(stmt.loop_var)
+            inner = {**env, stmt.loop_var: _Affine({name: 1})}
+            kind = {
+                tirx.ForKind.SERIAL: ir.LoopKind.SERIAL,
+                tirx.ForKind.PARALLEL: ir.LoopKind.PARALLEL,
+                tirx.ForKind.VECTORIZED: ir.LoopKind.VECTORIZED,
+                tirx.ForKind.UNROLLED: ir.LoopKind.UNROLLED,
+            }.get(stmt.kind, ir.LoopKind.THREAD)
+            thread = str(stmt.thread_binding.thread_tag) if stmt.thread_binding is not None else None
+            if thread is None and kind == ir.LoopKind.THREAD:
+                kind = ir.LoopKind.SERIAL
+            step = stmt.annotations.get("pragma_auto_unroll_max_step", 0) if stmt.annotations else 0
+            body = tuple(self.visit(stmt.body, inner, block_name))
+            if int(stmt.extent.value) == 1 and kind != ir.LoopKind.THREAD:
+                return list(body)  # unit loops vanish in codegen
+            return [ir.Loop(name, int(stmt.extent.value), kind, body, thread, int(step))]
+        if isinstance(stmt, tirx.SeqStmt):
+            return [n for s in stmt.seq for n in self.visit(s, env, block_name)]
+        if isinstance(stmt, s_tir.SBlockRealize):
+            block = stmt.block
+            inner = dict(env)
+            for iv, value in zip(block.iter_vars, stmt.iter_values):
+                inner[iv.var] = _affine(value, env)
+            for buf in block.alloc_buffers:
+                elems = math.prod(int(s) for s in buf.shape if isinstance(s, tvm.tirx.IntImm))
+                self.allocations.append(ir.Allocation(str(buf.name), str(buf.scope()), elems, _dtype_bytes(buf.dtype)))
+            out = []
+            if block.init is not None:
+                out.extend(self.visit(block.init, inner, str(block.name_hint) + "_init"))
+            out.extend(self.visit(block.body, inner, str(block.name_hint)))
+            return out
+        if isinstance(stmt, tvm.tirx.BufferStore):
+            return [self._statement(stmt, block_name, env)]
+        if isinstance(stmt, tirx.IfThenElse):
+            nodes = self.visit(stmt.then_case, env, block_name)
+            if stmt.else_case is not None:
+                nodes += self.visit(stmt.else_case, env, block_name)
+            return nodes
+        body = getattr(stmt, "body", None)
+        if body is not None and isinstance(body, tirx.Stmt):
+            return self.visit(body, env, block_name)
+        return []
+
+
+def kernel_from_func(func: tirx.PrimFunc, name: str = "main") -> ir.KernelIR:
+    """Build the :class:`~tuna.ir.KernelIR` of a scheduled (not yet lowered) PrimFunc."""
+    ext = _Extractor()
+    body = tuple(ext.visit(func.body, {}, name))
+    params = tuple(str(p.name) for p in func.params)
+    return ir.KernelIR(name=name, body=body, allocations=tuple(ext.allocations), params=params)
+
+
+def _plain(obj: Any) -> Any:
+    """TVM containers and immediates as plain JSON values (traces, target dicts)."""
+    if isinstance(obj, (bool, int, float, str)) or obj is None:
+        return obj
+    if isinstance(obj, tvm.tirx.IntImm):
+        return int(obj.value)
+    if isinstance(obj, tvm.tirx.FloatImm):
+        return float(obj.value)
+    if hasattr(obj, "items"):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if hasattr(obj, "__len__") and hasattr(obj, "__getitem__"):
+        return [_plain(x) for x in obj]
+    return str(obj)
+
+
+def _main_func(mod: tvm.IRModule) -> tuple[str, tirx.PrimFunc]:
+    funcs = [(gv.name_hint, f) for gv, f in mod.functions.items() if isinstance(f, tirx.PrimFunc)]
+    if not funcs:
+        raise AnalysisError("the module holds no PrimFunc")
+    for name, func in funcs:
+        if name == "main":
+            return name, func
+    return funcs[0]
+
+
+def kernel_from_module(mod: tvm.IRModule) -> ir.KernelIR:
+    """The :class:`~tuna.ir.KernelIR` of the main PrimFunc of a scheduled IRModule."""
+    name, func = _main_func(mod)
+    return kernel_from_func(func, name)
+
+
+# ---------------------------------------------------------------------------------------
+# Workloads and targets
+# ---------------------------------------------------------------------------------------
+
+
+def workload_names() -> dict[str, int]:
+    """Built-in Ansor workloads and how many configurations each has."""
+    return {name: len(params) for name, (_, params) in te_workload.CONFIGS.items()}
+
+
+def load_workload(spec: str | os.PathLike) -> tvm.IRModule:
+    """An IRModule from a built-in workload (``"GMM:1"``) or a TVMScript file.
+
+    Raises
+    ------
+    WorkloadError
+        For an unknown workload or index, or a file that does not parse.
+    """
+    text = str(spec)
+    path = Path(text)
+    if path.suffix in (".py", ".tvmscript", ".tir") or path.exists():
+        if not path.exists():
+            raise WorkloadError(f"workload file {text} does not exist")
+        try:
+            parsed = tvm.script.from_source(path.read_text())
+        except Exception as err:  # TVMScript's parser raises many kinds
+            raise WorkloadError(f"workload file {text} does not parse as TVMScript: {err}") from None
+        if isinstance(parsed, tirx.PrimFunc):
+            parsed = tvm.IRModule({"main": parsed})
+        if not isinstance(parsed, tvm.IRModule) or not any(
+            isinstance(f, tirx.PrimFunc) for f in parsed.functions.values()
+        ):
+            raise WorkloadError(f"workload file {text} holds no TIR PrimFunc")
+        return parsed
+    name, _, index = text.replace("-", ":").partition(":")
+    configs = workload_names()
+    if name.upper() not in configs:
+        raise WorkloadError(
+            f"unknown workload {text!r}: give NAME:INDEX with NAME one of {', '.join(configs)}, or a TVMScript file"
+        )
+    name = name.upper()
+    try:
+        idx = int(index or 0)
+    except ValueError:
+        raise WorkloadError(f"workload index {index!r} is not an integer") from None
+    if not 0 <= idx < configs[name]:
+        raise WorkloadError(f"workload {name} has configurations 0..{configs[name] - 1}, not {idx}")
+    return tvm.IRModule({"main": te_workload.create_te_workload(name, idx)})
+
+
+def tvm_target(machine: Machine) -> tvm.target.Target:
+    """The ``tvm.target.Target`` to compile candidates for ``machine``."""
+    spec = {k: list(v) if isinstance(v, tuple) else v for k, v in machine.target.items()}
+    try:
+        return tvm.target.Target(spec)
+    except Exception as err:
+        raise TunaError(f"TVM rejects the target {spec}: {err}") from None
+
+
+def _machine(target: Any, machine: str | Machine | None) -> Machine:
+    if isinstance(target, Machine):
+        return target
+    return resolve(target, machine)
+
+
+def estimate_module(mod: tvm.IRModule, machine: Machine) -> Estimate:
+    """Analyse one scheduled IRModule; raises :class:`AnalysisError` when it cannot."""
+    try:
+        return analyze(kernel_from_module(mod), machine)
+    except TunaError:
+        raise
+    except Exception as err:
+        raise AnalysisError(f"{type(err).__name__}: {err}") from err
+
+
+# ---------------------------------------------------------------------------------------
+# MetaSchedule adapters
+# ---------------------------------------------------------------------------------------
+
+
+@derived_object
+class TunaCostModel(PyCostModel):
+    """tuna's static cost model for MetaSchedule.
+
+    Parameters
+    ----------
+    target : str, dict, tvm.target.Target or Machine
+        What to model: a preset name, a TVM target (dict or object) or a Machine.
+    machine : str, optional
+        The preset to model when ``target`` names a CPU or GPU tuna has no file for.
+
+    Notes
+    -----
+    ``predict`` returns minus the log of the predicted seconds (higher is better), one
+    float64 per candidate. Results are cached by the structural hash of the scheduled
+    module. A candidate that fails to lower or analyse gets the worst score and a logged
+    warning; nothing is raised into MetaSchedule. ``update`` keeps measured results for
+    later calibration; they are never required.
+    """
+
+    def __init__(self, target: Any, machine: str | None = None) -> None:
+        super().__init__()
+        self.machine = _machine(target, machine)
+        self.records: list[dict[str, Any]] = []
+        self._cache: dict[int, float] = {}
+        self._lock = threading.Lock()
+        self.predicted = 0
+        self.failed = 0
+        self.seconds = 0.0
+
+    def score_module(self, mod: tvm.IRModule) -> float:
+        """Score one scheduled module (cached; worst score on failure)."""
+        key = tvm_ffi.structural_hash(mod)
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        try:
+            score = estimate_module(mod, self.machine).score
+        except TunaError as err:
+            self.failed += 1
+            logger.warning("tuna: candidate could not be analysed, scoring it worst: %s", err)
+            score = WORST_SCORE
+        with self._lock:
+            self._cache[key] = score
+        return score
+
+    def predict(self, context, candidates) -> np.ndarray:
+        start = time.perf_counter()
+        scores = np.array([self.score_module(c.sch.mod) for c in candidates], dtype="float64")
+        self.predicted += len(candidates)
+        self.seconds += time.perf_counter() - start
+        return scores
+
+    def update(self, context, candidates, results) -> None:
+        for cand, res in zip(candidates, results):
+            secs = [float(s) for s in res.run_secs] if res.run_secs is not None else None
+            try:
+                trace = _plain(cand.sch.trace.as_json())
+            except Exception as err:  # never raise into MetaSchedule
+                logger.warning("tuna: could not record a trace: %s", err)
+                continue
+            self.records.append({"trace": trace, "run_secs": secs, "error": res.error_msg})
+
+    def save(self, path: str) -> None:
+        state = {
+            "format": "tuna-cost-model/1",
+            "machine": self.machine.name,
+            "target": dict(self.machine.target),
+            "cores": self.machine.cores,
+            "records": self.records,
+        }
+        Path(path).write_text(json.dumps(state, default=list))
+
+    def load(self, path: str) -> None:
+        try:
+            state = json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError) as err:
+            raise TunaError(f"cannot load a tuna cost model from {path}: {err}") from None
+        if state.get("format") != "tuna-cost-model/1":
+            raise TunaError(f"{path} is not a saved tuna cost model")
+        self.machine = resolve(state["target"], state["machine"])
+        self.records = list(state.get("records", []))
+        self._cache.clear()
+
+
+@derived_object
+class _Ready(PyRunnerFuture):
+    """A runner future that is done from the start."""
+
+    def __init__(self, result: RunnerResult) -> None:
+        super().__init__()
+        self._result = result
+
+    def done(self) -> bool:
+        return True
+
+    def result(self) -> RunnerResult:
+        return self._result
+
+
+@derived_object
+class StaticRunner(PyRunner):
+    """A MetaSchedule runner that predicts each candidate's run time and executes nothing.
+
+    It reads the scheduled TIR that :class:`StaticBuilder` leaves beside each artifact.
+    With MetaSchedule's plain ``LocalBuilder`` there is no such file; the runner then
+    analyses the machine code in the artifact instead (CPU targets).
+
+    Parameters
+    ----------
+    target : str, dict, tvm.target.Target or Machine
+        What to model, as for :class:`TunaCostModel`.
+    machine : str, optional
+        The preset to model when ``target`` names a CPU or GPU tuna has no file for.
+    """
+
+    def __init__(self, target: Any, machine: str | None = None) -> None:
+        super().__init__()
+        self.machine = _machine(target, machine)
+        self.ran = 0
+
+    def predict_artifact(self, artifact_path: str) -> float:
+        """Predicted seconds of the candidate built into ``artifact_path``."""
+        sidecar = Path(artifact_path).parent / SIDECAR
+        if sidecar.exists():
+            mod = tvm.script.from_source(sidecar.read_text())
+            if isinstance(mod, tirx.PrimFunc):
+                mod = tvm.IRModule({"main": mod})
+            return estimate_module(mod, self.machine).seconds
+        from .cpu import objcode
+
+        return objcode.estimate_artifact(artifact_path, self.machine).seconds
+
+    def run(self, runner_inputs) -> list[RunnerFuture]:
+        futures = []
+        for inp in runner_inputs:
+            try:
+                result = RunnerResult([self.predict_artifact(str(inp.artifact_path))], None)
+            except Exception as err:
+                logger.warning("tuna: could not predict %s: %s", inp.artifact_path, err)
+                result = RunnerResult(None, f"tuna StaticRunner: {type(err).__name__}: {err}")
+            futures.append(_Ready(result))
+            self.ran += 1
+        return futures
+
+
+_BUILT: dict[int, str] = {}
+
+
+def _tuna_build(mod: tvm.IRModule, target, params):
+    """MetaSchedule build function that remembers the scheduled TIR for the export step."""
+    _BUILT[os.getpid()] = mod.script()
+    return default_build(mod, target, params)
+
+
+def _tuna_export(rt_mod) -> str:
+    """Export as MetaSchedule does, then write the scheduled TIR beside the artifact."""
+    path = default_export(rt_mod)
+    script = _BUILT.pop(os.getpid(), None)
+    if script is not None:
+        (Path(path).parent / SIDECAR).write_text(script)
+    return path
+
+
+def StaticBuilder(max_workers: int | None = None, timeout_sec: float = 60.0) -> LocalBuilder:  # noqa: N802
+    """A ``LocalBuilder`` that also leaves each candidate's scheduled TIR for :class:`StaticRunner`."""
+    return LocalBuilder(max_workers=max_workers, timeout_sec=timeout_sec, f_build=_tuna_build, f_export=_tuna_export)
+
+
+@dataclass
+class TuneResult:
+    """What :func:`tune` returns.
+
+    Attributes
+    ----------
+    database : ms.Database
+        All tuning records (run times are tuna's predictions).
+    schedule : s_tir.Schedule
+        The chosen schedule.
+    machine : Machine
+        What was modelled.
+    predicted_seconds : float
+        tuna's predicted run time of the chosen schedule.
+    estimate : Estimate
+        The chosen schedule's feature breakdown.
+    trials : int
+        Candidates built and predicted.
+    tune_seconds : float
+        Wall-clock time of the tuning run.
+    cost_model : TunaCostModel
+        The cost model, with its counters.
+    """
+
+    database: Any
+    schedule: Any
+    machine: Machine
+    predicted_seconds: float
+    estimate: Estimate
+    trials: int
+    tune_seconds: float
+    cost_model: Any
+
+
+def tune(
+    workload: str | tvm.IRModule | tirx.PrimFunc,
+    target: Any,
+    work_dir: str | os.PathLike,
+    max_trials: int = 64,
+    *,
+    machine: str | None = None,
+    num_trials_per_iter: int = 32,
+    population_size: int = 256,
+    seed: int | None = 0,
+    num_tuning_cores: int | str = "physical",
+    progress: Callable[[str], None] | None = None,
+) -> TuneResult:
+    """Tune one TIR workload offline for ``target`` with tuna's cost model and runner.
+
+    Parameters
+    ----------
+    workload : str, IRModule or PrimFunc
+        A built-in workload (``"GMM:1"``), a TVMScript file, or the TIR itself.
+    target : str, dict, tvm.target.Target
+        Preset name or TVM target.
+    work_dir : path
+        MetaSchedule's work directory (logs and database).
+    max_trials : int
+        Candidates to build and predict in all.
+    progress : callable, optional
+        Called with a line of text after each batch of candidates.
+
+    Returns
+    -------
+    TuneResult
+    """
+    mach = _machine(target, machine)
+    if isinstance(workload, tirx.PrimFunc):
+        mod = tvm.IRModule({"main": workload})
+    elif isinstance(workload, tvm.IRModule):
+        mod = workload
+    else:
+        mod = load_workload(workload)
+    tgt = tvm_target(mach)
+    cost_model = TunaCostModel(mach)
+    runner = StaticRunner(mach)
+    os.makedirs(work_dir, exist_ok=True)
+    callbacks = ms.measure_callback.MeasureCallback.create("default")
+    if progress is not None:
+        callbacks = [*callbacks, _Progress(progress, max_trials, cost_model)]
+    strategy = ms.search_strategy.EvolutionarySearch(population_size=population_size)
+    start = time.perf_counter()
+    database = ms.tune_tir(
+        mod,
+        tgt,
+        str(work_dir),
+        max_trials_global=max_trials,
+        num_trials_per_iter=num_trials_per_iter,
+        builder=StaticBuilder(),
+        runner=runner,
+        cost_model=cost_model,
+        strategy=strategy,
+        measure_callbacks=callbacks,
+        num_tuning_cores=num_tuning_cores,
+        seed=seed,
+    )
+    elapsed = time.perf_counter() - start
+    sch = ms.tir_integration.compile_tir(database, mod, tgt)
+    if sch is None:
+        raise TunaError("tuning produced no valid schedule: every candidate failed to build or analyse")
+    est = estimate_module(sch.mod, mach)
+    return TuneResult(database, sch, mach, est.seconds, est, runner.ran, elapsed, cost_model)
+
+
+@derived_object
+class _Progress(ms.measure_callback.PyMeasureCallback):
+    """Reports tuning progress after each batch of candidates."""
+
+    def __init__(self, report: Callable[[str], None], total: int, model: TunaCostModel) -> None:
+        super().__init__()
+        self.report, self.total, self.model = report, total, model
+        self.done, self.best = 0, math.inf
+        self.start = time.perf_counter()
+
+    def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results) -> None:
+        self.done += len(runner_results)
+        for res in runner_results:
+            if res.run_secs:
+                self.best = min(self.best, float(res.run_secs[0]))
+        rate = self.model.predicted / max(self.model.seconds, 1e-9)
+        self.report(
+            f"  {self.done:>5}/{self.total} candidates built and predicted | best predicted "
+            f"{self.best * 1e6:10.1f} us | cost model {self.model.predicted} scored ({rate:,.0f}/s) "
+            f"| {time.perf_counter() - self.start:6.1f} s"
+        )
+
+
+def estimate_trace(mod: tvm.IRModule, trace_json: Any, machine: Machine) -> Estimate:
+    """Apply a MetaSchedule trace (JSON) to ``mod`` and analyse the result."""
+    sch = s_tir.Schedule(mod)
+    s_tir.Trace.apply_json_to_schedule(trace_json, sch)
+    return estimate_module(sch.mod, machine)
+
+
+WORST = (WORST_SCORE, WORST_SECONDS)

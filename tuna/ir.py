@@ -1,0 +1,219 @@
+"""The frozen kernel representation every analysis consumes.
+
+A candidate schedule is lowered once (in :mod:`tuna.integration`, the only module that
+imports TVM) into a :class:`KernelIR`: a tree of loops whose leaves are statements with
+their buffer accesses. Machine code, when it has been generated, rides along as
+:class:`MachineCode`. Analyses are pure functions of a ``KernelIR`` and a
+:class:`tuna.machine.Machine`.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class LoopKind(enum.Enum):
+    """How a loop is executed."""
+
+    SERIAL = "serial"
+    PARALLEL = "parallel"
+    VECTORIZED = "vectorized"
+    UNROLLED = "unrolled"
+    THREAD = "thread"
+
+
+@dataclass(frozen=True)
+class Index:
+    """One subscript of a buffer access, split into an affine and an opaque part.
+
+    Attributes
+    ----------
+    coeffs : tuple of (str, int)
+        Loop variable names and their integer coefficients in the affine part.
+    const : int
+        The constant term of the affine part.
+    opaque : tuple of str
+        Loop variables the subscript depends on through non-affine terms
+        (floor division, modulo, selects); analyses bound these by the loop extent.
+    """
+
+    coeffs: tuple[tuple[str, int], ...] = ()
+    const: int = 0
+    opaque: tuple[str, ...] = ()
+
+    def coeff(self, var: str) -> int:
+        """Coefficient of ``var`` in the affine part (0 when absent)."""
+        for name, c in self.coeffs:
+            if name == var:
+                return c
+        return 0
+
+    def depends_on(self, var: str) -> bool:
+        """Whether the subscript changes with ``var``."""
+        return self.coeff(var) != 0 or var in self.opaque
+
+
+@dataclass(frozen=True)
+class Access:
+    """A load or store of one buffer element (or vector of elements).
+
+    Attributes
+    ----------
+    buffer : str
+        Buffer name.
+    write : bool
+        True for a store.
+    indices : tuple of Index
+        One subscript per buffer dimension.
+    shape : tuple of int
+        The buffer's shape.
+    dtype_bytes : int
+        Bytes per element.
+    scope : str
+        Storage scope ("global", "shared", "local", ...).
+    """
+
+    buffer: str
+    write: bool
+    indices: tuple[Index, ...]
+    shape: tuple[int, ...]
+    dtype_bytes: int
+    scope: str = "global"
+
+    def depends_on(self, var: str) -> bool:
+        """Whether the accessed address changes with loop variable ``var``."""
+        return any(ix.depends_on(var) for ix in self.indices)
+
+
+@dataclass(frozen=True)
+class Statement:
+    """A leaf: one assignment with the arithmetic it performs per execution.
+
+    Attributes
+    ----------
+    name : str
+        Name of the TIR block the statement came from.
+    accesses : tuple of Access
+        Loads and stores, in program order.
+    ops : tuple of (str, int)
+        Arithmetic operations per execution by class: "fma", "add", "mul", "div",
+        "cmp", "special" (exp, sqrt, ...), "cast".
+    dtype_bytes : int
+        Bytes per element of the value computed.
+    """
+
+    name: str
+    accesses: tuple[Access, ...]
+    ops: tuple[tuple[str, int], ...]
+    dtype_bytes: int = 4
+
+    def op_count(self, kind: str | None = None) -> int:
+        """Operations per execution, of one class or all."""
+        return sum(n for k, n in self.ops if kind is None or k == kind)
+
+
+@dataclass(frozen=True)
+class Loop:
+    """A loop with a constant trip count.
+
+    Attributes
+    ----------
+    var : str
+        Loop variable name (unique within the kernel).
+    extent : int
+        Trip count.
+    kind : LoopKind
+        Serial, parallel, vectorized, unrolled or bound to a GPU thread axis.
+    body : tuple of Loop or Statement
+        Children in program order.
+    thread : str or None
+        Thread axis ("blockIdx.x", "threadIdx.y", ...) for THREAD loops.
+    unroll_max_step : int
+        The ``pragma_auto_unroll_max_step`` annotation (0 when absent): TVM unrolls
+        inner loop nests whose total trip count is at most this.
+    """
+
+    var: str
+    extent: int
+    kind: LoopKind
+    body: tuple[Loop | Statement, ...]
+    thread: str | None = None
+    unroll_max_step: int = 0
+
+
+Node = Loop | Statement
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """A buffer allocated inside the kernel (cache stages, shared memory)."""
+
+    name: str
+    scope: str
+    elements: int
+    dtype_bytes: int
+
+
+@dataclass(frozen=True)
+class Instruction:
+    """One machine instruction as the disassembler or PTX parser reports it."""
+
+    address: int
+    mnemonic: str
+    operands: str
+    reads: tuple[str, ...] = ()
+    writes: tuple[str, ...] = ()
+    klass: str = "other"
+
+
+@dataclass(frozen=True)
+class BasicBlock:
+    """A straight-line run of instructions with its successors' start addresses."""
+
+    start: int
+    instructions: tuple[Instruction, ...]
+    successors: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class MachineCode:
+    """Generated code of one kernel function."""
+
+    isa: str
+    function: str
+    blocks: tuple[BasicBlock, ...]
+
+
+@dataclass(frozen=True)
+class KernelIR:
+    """One candidate schedule of one kernel, as the analyses see it.
+
+    Attributes
+    ----------
+    name : str
+        Function name.
+    body : tuple of Node
+        Top-level loops and statements.
+    allocations : tuple of Allocation
+        Buffers allocated by the schedule (e.g. cache-write stages, shared memory).
+    params : tuple of str
+        Names of the function's buffer parameters.
+    code : MachineCode or None
+        Generated code, when the full tier produced it.
+    """
+
+    name: str
+    body: tuple[Node, ...]
+    allocations: tuple[Allocation, ...] = ()
+    params: tuple[str, ...] = ()
+    code: MachineCode | None = field(default=None, compare=False)
+
+
+def walk(nodes: tuple[Node, ...], outer: tuple[Loop, ...] = ()):
+    """Yield ``(statement, enclosing_loops)`` for every statement, outermost loop first."""
+    for node in nodes:
+        if isinstance(node, Loop):
+            yield from walk(node.body, (*outer, node))
+        else:
+            yield node, outer
