@@ -1,0 +1,92 @@
+"""Machine-code-only estimate of a built artifact, for runs where the TIR is not at hand.
+
+MetaSchedule's plain ``LocalBuilder`` hands the runner only a tar of object files. This
+estimate disassembles the kernel functions in it, weights each basic block by the trip
+counts of the loops around it, and bounds each block by the machine's throughput per
+instruction class. Loops whose trip count the code does not show are weighted by
+:data:`UNKNOWN_TRIPS` and counted in the ``unknown_trip_loops`` feature.
+"""
+
+from __future__ import annotations
+
+import tarfile
+from collections import Counter
+from types import MappingProxyType
+
+from ..errors import AnalysisError
+from ..estimate import Estimate
+from ..ir import MachineCode
+from ..machine import Machine
+from . import disasm
+
+#: Weight of a loop whose trip count cannot be read from the code (an assumption).
+UNKNOWN_TRIPS = 16
+_SKIP = ("__tvm_ffi_", "__tvm_set_raised", "__truncsfhf2", "__extendhfsf2")
+
+
+def kernel_functions(objects: list[bytes]) -> list[MachineCode]:
+    """The disassembled compute functions in a list of ELF objects."""
+    found = []
+    for obj in objects:
+        for isa, name, addr, code in disasm.read_functions(obj):
+            if not name.startswith(_SKIP):
+                found.append(disasm.disassemble(isa, name, addr, code))
+    return found
+
+
+def code_cycles(code: MachineCode, machine: Machine, feats: Counter) -> float:
+    """Throughput-bound cycles of one function, blocks weighted by loop trip counts."""
+    weight = {b.start: 1.0 for b in code.blocks}
+    for lp in disasm.loops(code):
+        trips = lp.trip_count
+        if trips is None:
+            feats["unknown_trip_loops"] += 1
+            trips = UNKNOWN_TRIPS
+        feats["loops"] += 1
+        for start in lp.blocks:
+            weight[start] *= trips
+    tp = machine.throughput
+    total = 0.0
+    for blk in code.blocks:
+        n = Counter(ins.klass for ins in blk.instructions)
+        fp = (n["fma"] + n["mul"]) / tp["fma"] + n["add"] / tp["add"] + n["div"] / tp["div"]
+        cycles = max(fp, n["load"] / tp["load"], n["store"] / tp["store"], len(blk.instructions) / machine.issue_width)
+        w = weight[blk.start]
+        total += cycles * w
+        for klass in ("fma", "add", "mul", "load", "store"):
+            feats[f"dyn_{klass}"] += n[klass] * w
+    return total
+
+
+def estimate_objects(objects: list[bytes], machine: Machine) -> Estimate:
+    """Estimate the run time of the kernel functions in ELF ``objects``."""
+    funcs = kernel_functions(objects)
+    if not funcs:
+        raise AnalysisError("no kernel function found in the object code")
+    feats: Counter = Counter()
+    cycles = 0.0
+    for code in funcs:
+        c = code_cycles(code, machine, feats)
+        # TVM outlines parallel loop bodies into lambdas run on every core at once.
+        cycles += c / machine.cores if "lambda" in code.function else c
+        feats["functions"] += 1
+    feats["cycles"] = cycles
+    return Estimate(cycles / (machine.frequency_ghz * 1e9), "objcode", MappingProxyType(dict(feats)))
+
+
+def estimate_artifact(path: str, machine: Machine) -> Estimate:
+    """Estimate from a MetaSchedule artifact (a tar of object files)."""
+    if machine.kind != "cpu":
+        raise AnalysisError(
+            "artifact has no TIR beside it and is not CPU object code: build with tuna.StaticBuilder()"
+        )
+    try:
+        with tarfile.open(path) as tar:
+            objects = [
+                tar.extractfile(m).read() for m in tar.getmembers() if m.isfile() and m.name.endswith(".o")
+            ]
+    except (OSError, tarfile.TarError) as err:
+        raise AnalysisError(f"cannot read artifact {path}: {err}") from None
+    if not objects:
+        raise AnalysisError(f"artifact {path} holds no object file")
+    return estimate_objects(objects, machine)
