@@ -8,7 +8,7 @@ setup(
     description="Static cost models that let TVM MetaSchedule tune for CPUs and NVIDIA GPUs it cannot run on",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
-    python_requires=">=3.10",
+    python_requires=">=3.11",
     packages=find_packages(include=["tuna", "tuna.*"]),
     package_data={"tuna.data": ["targets/*.toml"]},
     install_requires=[

@@ -240,7 +240,9 @@ class _Extractor:
     def visit(self, stmt, env, block_name: str) -> list[ir.Node]:
         if isinstance(stmt, tirx.For):
             if not isinstance(stmt.extent, tvm.tirx.IntImm):
-                raise AnalysisError(f"loop {stmt.loop_var} has a symbolic extent {stmt.extent}; tuna needs static shapes")
+                raise AnalysisError(
+                    f"loop {stmt.loop_var} has a symbolic extent {stmt.extent}; tuna needs static shapes"
+                )
             name = self._name(stmt.loop_var)
             inner = {**env, stmt.loop_var: _Affine({name: 1})}
             kind = {

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 from .errors import TargetError, UnsupportedISAError
 
@@ -229,7 +230,7 @@ def _as_dict(target: Any) -> dict[str, Any]:
         return dict(preset(text).target)
     export = getattr(target, "export", None)
     if callable(export):  # a tvm.target.Target, without importing TVM here
-        return {k: v for k, v in dict(export()).items() if not isinstance(v, Mapping) or k == "host"}
+        return {k: v for k, v in dict(export()).items() if not isinstance(v, Mapping)}
     raise TargetError(f"cannot read a target from {type(target).__name__}: pass a preset name, a dict or a Target")
 
 

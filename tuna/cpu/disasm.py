@@ -79,11 +79,12 @@ def _classify(isa: str, ins) -> str:
         return "branch"
     if ins.group(capstone.CS_GRP_CALL):
         return "call"
-    mem = [op for op in ins.operands if op.type == (capstone.x86.X86_OP_MEM if isa == "x86-64" else capstone.arm64.ARM64_OP_MEM)]
-    if mem:
+    mem_type = capstone.x86.X86_OP_MEM if isa == "x86-64" else capstone.arm64.ARM64_OP_MEM
+    if any(op.type == mem_type for op in ins.operands):
         if isa == "x86-64":
-            return "store" if ins.operands and ins.operands[0].type == capstone.x86.X86_OP_MEM and not mnem.startswith(("cmp", "test")) else "load"
-        return "store" if mnem.startswith(("st", "stp")) else "load"
+            writes_memory = ins.operands[0].type == mem_type and not mnem.startswith(("cmp", "test"))
+            return "store" if writes_memory else "load"
+        return "store" if mnem.startswith("st") else "load"
     return "other"
 
 

@@ -104,7 +104,7 @@ def statement_counts(stmt: Statement, loops: tuple[Loop, ...], machine: Machine)
     if not fits:
         counts["spill"] += (registers - machine.vector_registers) * math.prod(lp.extent for lp in outside)
 
-    for (buf, idx, write), n in distinct.items():
+    for (_, idx, write), n in distinct.items():
         hoisting = fits
         for lp in reversed(outside):
             if hoisting and not any(ix.depends_on(lp.var) for ix in idx):
@@ -117,7 +117,7 @@ def statement_counts(stmt: Statement, loops: tuple[Loop, ...], machine: Machine)
     if writes and stmt.op_count("fma") + stmt.op_count("add"):
         reduce_loops = [lp for lp in loops if not any(w.depends_on(lp.var) for w in writes)]
         if reduce_loops:
-            accumulators = sum(n for (b, _, w), n in distinct.items() if w)
+            accumulators = sum(n for (_, _, w), n in distinct.items() if w)
             chain = (stmt.op_count("fma") + stmt.op_count("add")) * execs // vl * vinstr
             counts["chain"] += chain * machine.latency.get("fma", 4) / max(1, accumulators)
 

@@ -15,7 +15,7 @@ from types import MappingProxyType
 
 from ..estimate import Estimate
 from ..footprint import buffer_footprints
-from ..ir import KernelIR, Loop, LoopKind, walk
+from ..ir import KernelIR, LoopKind, walk
 from ..machine import Machine
 
 #: Registers a TVM kernel thread needs besides its local arrays (addresses, indices);
@@ -59,7 +59,8 @@ def estimate(kernel: KernelIR, machine: Machine) -> Estimate:
         for kind, n in stmt.ops:
             per_thread[kind] += n * serial
         for acc in stmt.accesses:
-            per_thread[f"{'st' if acc.write else 'ld'}_{'shared' if acc.scope.startswith('shared') else 'global' if acc.scope == 'global' else 'local'}"] += serial
+            space = "shared" if acc.scope.startswith("shared") else "global" if acc.scope == "global" else "local"
+            per_thread[f"{'st' if acc.write else 'ld'}_{space}"] += serial
             if acc.scope == "global":
                 inner = {lp.var: lp.extent for lp in loops if not (lp.thread or "").startswith("blockIdx")}
                 block_accesses.append((acc, inner))

@@ -1,0 +1,21 @@
+"""Shared fixtures; tests marked gpu or slow run only when asked for (see README.md)."""
+
+import json
+import os
+from importlib import resources
+
+import pytest
+
+
+def pytest_collection_modifyitems(config, items):
+    gates = {"gpu": "TUNA_GPU_TESTS", "slow": "TUNA_SLOW_TESTS"}
+    for item in items:
+        for mark, env in gates.items():
+            if mark in item.keywords and os.environ.get(env) != "1":
+                item.add_marker(pytest.mark.skip(reason=f"{mark} test: set {env}=1 to run"))
+
+
+@pytest.fixture(scope="session")
+def gmm_pool():
+    """The measured GMM-1 pool shipped with tuna."""
+    return json.loads(resources.files("tuna.data").joinpath("pools/GMM-1.json").read_text())

@@ -1,0 +1,103 @@
+import itertools
+import math
+from collections import OrderedDict
+
+import pytest
+
+from tuna import machine
+from tuna.cpu.ir_tier import estimate, statement_counts, unrolled_loops
+from tuna.footprint import data_movement
+from tuna.ir import Access, Index, KernelIR, Loop, LoopKind, Statement, walk
+
+
+def _matmul(n, m, k, vec=16, kind=LoopKind.VECTORIZED, unroll=0):
+    """C[i, j] += A[i, kk] * B[kk, j] with j split into (jo, ji) and ji vectorized."""
+    jo = m // vec
+    c_idx = (Index((("i", 1),)), Index((("jo", vec), ("ji", 1))))
+    stmt = Statement(
+        "C",
+        (
+            Access("C", False, c_idx, (n, m), 4),
+            Access("A", False, (Index((("i", 1),)), Index((("kk", 1),))), (n, k), 4),
+            Access("B", False, (Index((("kk", 1),)), Index((("jo", vec), ("ji", 1)))), (k, m), 4),
+            Access("C", True, c_idx, (n, m), 4),
+        ),
+        (("fma", 1),),
+    )
+    ji = Loop("ji", vec, kind, (stmt,))
+    kk = Loop("kk", k, LoopKind.SERIAL, (ji,))
+    jl = Loop("jo", jo, LoopKind.SERIAL, (kk,))
+    return KernelIR("mm", (Loop("i", n, LoopKind.SERIAL, (jl,), unroll_max_step=unroll),))
+
+
+def test_fma_lanes_equal_the_multiply_adds_of_the_matmul():
+    zen4 = machine.preset("zen4")
+    kernel = _matmul(64, 64, 64)
+    est = estimate(kernel, zen4)
+    assert est.features["lanes_fma"] == 64 * 64 * 64
+    assert est.features["fma"] == 64 * 64 * 64 // 16  # one 512-bit FMA per 16 lanes
+
+
+def test_vectorizing_helps_and_narrow_vectors_cost_more_instructions():
+    zen4, a53 = machine.preset("zen4"), machine.preset("cortex-a53")
+    vec = estimate(_matmul(64, 64, 64), zen4)
+    scalar = estimate(_matmul(64, 64, 64, kind=LoopKind.SERIAL), zen4)
+    assert vec.seconds < scalar.seconds
+    assert estimate(_matmul(64, 64, 64), a53).features["fma"] == 64 * 64 * 64 // 4
+
+
+def test_auto_unroll_marks_inner_loops_within_the_step_limit():
+    kernel = _matmul(8, 64, 4, unroll=64)
+    (stmt, loops), = list(walk(kernel.body))
+    assert unrolled_loops(loops) == {"kk", "jo"}  # 4 * 4 = 16 <= 64, then i (8) makes 128
+    counts = statement_counts(stmt, loops, machine.preset("zen4"))
+    # In the unrolled tile A[i, kk] is loaded once per kk and C once per jo, for each i; the
+    # 16 vectors of B do not change with i and stay in registers (24 live vectors <= 32).
+    assert counts["load"] == 8 * (4 + 4) + 16
+
+
+def _lru_misses(kernel: KernelIR, capacity: int, line: int) -> int:
+    """Cache lines brought in by an LRU, fully associative cache running the loop nest."""
+    cache: OrderedDict = OrderedDict()
+    misses = 0
+    for stmt, loops in walk(kernel.body):
+        for point in itertools.product(*(range(lp.extent) for lp in loops)):
+            env = {lp.var: v for lp, v in zip(loops, point)}
+            for acc in stmt.accesses:
+                flat = 0
+                for ix, size in zip(acc.indices, acc.shape):
+                    flat = flat * size + ix.const + sum(c * env.get(v, 0) for v, c in ix.coeffs)
+                key = (acc.buffer, flat * acc.dtype_bytes // line)
+                if key in cache:
+                    cache.move_to_end(key)
+                else:
+                    misses += 1
+                    cache[key] = True
+                    if len(cache) > capacity // line:
+                        cache.popitem(last=False)
+    return misses
+
+
+@pytest.mark.parametrize(("n", "capacity"), [(16, 32 * 1024), (32, 32 * 1024), (32, 2 * 1024)])
+def test_data_movement_against_an_lru_simulation(n, capacity):
+    kernel = _matmul(n, n, n, vec=16, kind=LoopKind.SERIAL)
+    lines = _lru_misses(kernel, capacity, 64)
+    _, moved = data_movement(kernel.body[0], capacity, 64)
+    model = sum(moved.values()) / 64
+    if 3 * n * n * 4 <= capacity:
+        assert model == lines  # everything fits: compulsory misses exactly
+    else:
+        assert lines / 2 <= model <= lines * 2
+
+
+def test_parallel_loops_divide_over_cores_with_imbalance():
+    zen4 = machine.preset("zen4")
+    kernel = _matmul(64, 64, 64)
+    outer = kernel.body[0]
+    par = KernelIR("mm", (Loop(outer.var, outer.extent, LoopKind.PARALLEL, outer.body),))
+    serial, parallel = estimate(kernel, zen4), estimate(par, zen4)
+    assert parallel.features["threads_used"] == 2
+    assert parallel.features["core_cycles"] == pytest.approx(serial.features["core_cycles"] / 2)
+    odd = KernelIR("mm", (Loop("i", 3, LoopKind.PARALLEL, outer.body),))
+    assert math.isclose(estimate(odd, zen4).features["core_cycles"] * 3 / 4, estimate(
+        KernelIR("mm", (Loop("i", 3, LoopKind.SERIAL, outer.body),)), zen4).features["core_cycles"] / 2)

@@ -1,0 +1,132 @@
+"""The TVM side: TIR to KernelIR, the cost model and the runner, on real schedules."""
+
+import json
+import tarfile
+
+import numpy as np
+import pytest
+import tvm
+import tvm_ffi
+from elftools.elf.elffile import ELFFile
+from tvm import s_tir
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.builder import BuilderInput, LocalBuilder
+from tvm.s_tir.meta_schedule.runner import RunnerInput
+
+from tuna import integration, machine
+from tuna.errors import WorkloadError
+from tuna.estimate import WORST_SCORE
+from tuna.ir import walk
+
+
+def _scheduled(pool, i):
+    mod = tvm.script.from_source(pool["mod"])
+    sch = s_tir.Schedule(mod)
+    s_tir.Trace.apply_json_to_schedule(pool["candidates"][i]["trace"], sch)
+    return sch
+
+
+def test_kernel_ir_of_pool_schedules_counts_every_multiply_add(gmm_pool):
+    for i in range(0, 192, 37):
+        kernel = integration.kernel_from_module(_scheduled(gmm_pool, i).mod)
+        stmts = [(s, loops) for s, loops in walk(kernel.body) if s.op_count("fma")]
+        macs = sum(np.prod([lp.extent for lp in loops]) for _, loops in stmts)
+        assert macs == 512 * 32 * 512  # GMM-1: (1, 512, 512) x (1, 512, 32)
+        est = integration.estimate_module(_scheduled(gmm_pool, i).mod, machine.preset("zen4"))
+        assert est.features["lanes_fma"] == 512 * 32 * 512 and est.seconds > 0
+
+
+def test_cost_model_scores_ranks_caches_and_survives_bad_candidates(gmm_pool, caplog):
+    model = integration.TunaCostModel("zen4")
+    good = [ms.MeasureCandidate(_scheduled(gmm_pool, i), []) for i in range(4)]
+    # A schedule whose loop extent is symbolic cannot be analysed statically.
+    n = tvm.tirx.Var("n", "int32")
+    a = tvm.te.placeholder((n,), name="A")
+    b = tvm.te.compute((n,), lambda i: a[i] * 2.0, name="B")
+    bad = ms.MeasureCandidate(s_tir.Schedule(tvm.IRModule({"main": tvm.te.create_prim_func([a, b])})), [])
+    context = ms.TuneContext(mod=good[0].sch.mod, target=integration.tvm_target(model.machine))
+    scores = model.predict(context, [*good, bad])
+    assert scores.dtype == np.float64 and scores.shape == (5,)
+    assert scores[-1] == WORST_SCORE and all(s > WORST_SCORE for s in scores[:-1])
+    assert "could not be analysed" in caplog.text
+    again = model.predict(context, good)
+    assert np.array_equal(again, scores[:-1]) and len(model._cache) == 5
+
+
+def test_cost_model_save_load_round_trip(tmp_path):
+    model = integration.TunaCostModel({"kind": "llvm", "mcpu": "znver4", "num-cores": 8})
+    model.records.append({"trace": [[], []], "run_secs": [1e-3], "error": None})
+    path = tmp_path / "model.json"
+    model.save(str(path))
+    other = integration.TunaCostModel("graviton2")
+    other.load(str(path))
+    assert other.machine.name == "zen4" and other.machine.cores == 8 and other.records == model.records
+    path.write_text("{}")
+    with pytest.raises(Exception, match="not a saved tuna cost model"):
+        other.load(str(path))
+
+
+@pytest.mark.parametrize("preset", ["zen4", "graviton2"])
+def test_static_runner_predicts_from_both_builders_artifacts(gmm_pool, preset):
+    mach = machine.preset(preset)
+    target = integration.tvm_target(mach)
+    mod = _scheduled(gmm_pool, 3).mod
+    inputs = [BuilderInput(mod, target)]
+    runner = integration.StaticRunner(mach)
+    for builder in (integration.StaticBuilder(max_workers=1), LocalBuilder(max_workers=1)):
+        (built,) = builder.build(inputs)
+        assert built.error_msg is None, built.error_msg
+        (future,) = runner.run([RunnerInput(built.artifact_path, "cpu", [])])
+        result = future.result()
+        assert result.error_msg is None, result.error_msg
+        assert 0 < float(result.run_secs[0]) < 1
+        with tarfile.open(built.artifact_path) as tar:
+            obj = tar.extractfile("lib0.o").read()
+        import io
+
+        expected = "EM_AARCH64" if mach.isa == "aarch64" else "EM_X86_64"
+        assert ELFFile(io.BytesIO(obj))["e_machine"] == expected
+
+
+def test_static_runner_reports_unreadable_artifacts_as_errors(tmp_path):
+    bogus = tmp_path / "x.tar"
+    bogus.write_text("not a tar")
+    (future,) = integration.StaticRunner("zen4").run([RunnerInput(str(bogus), "cpu", [])])
+    assert future.result().run_secs is None and "cannot read artifact" in future.result().error_msg
+
+
+def test_load_workload_accepts_names_and_files_and_explains_errors(tmp_path):
+    mod = integration.load_workload("GMM:1")
+    assert "main" in [gv.name_hint for gv in mod.functions]
+    script = tmp_path / "k.py"
+    script.write_text(mod.script())
+    assert tvm_ffi.structural_equal(integration.load_workload(script), mod)
+    bad = tmp_path / "bad.py"
+    bad.write_text("this is not TVMScript(")
+    for spec, words in [
+        ("XYZ:0", "unknown workload"),
+        ("GMM:99", "configurations 0..3"),
+        ("GMM:x", "not an integer"),
+        (str(tmp_path / "missing.py"), "does not exist"),
+        (str(bad), "does not parse"),
+    ]:
+        with pytest.raises(WorkloadError, match=words):
+            integration.load_workload(spec)
+
+
+def test_ir_tier_is_fast_enough_for_evolutionary_search(gmm_pool):
+    import time
+
+    mods = [_scheduled(gmm_pool, i).mod for i in range(20)]
+    zen4 = machine.preset("zen4")
+    start = time.perf_counter()
+    for mod in mods:
+        integration.estimate_module(mod, zen4)
+    per = (time.perf_counter() - start) / len(mods)
+    assert per < 0.05  # generous bound for a loaded CI machine; the benchmark reports the real figure
+
+
+def test_workload_list_matches_ansor_suite():
+    names = integration.workload_names()
+    assert {"C1D", "C2D", "GMM", "NRM", "SFM", "DEP"} <= set(names)
+    assert json.loads(json.dumps(names)) == names
