@@ -1,0 +1,27 @@
+import json
+
+from tuna import cli
+
+
+def test_targets_lists_every_preset(capsys):
+    assert cli.main(["targets", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["preset"] for r in rows} >= {"zen4", "graviton2", "cortex-a53", "skylake-avx512", "v100", "a100",
+                                           "h100", "xavier"}
+
+
+def test_explain_prints_a_feature_breakdown(capsys, gmm_pool, tmp_path):
+    trace = tmp_path / "trace.json"
+    trace.write_text(json.dumps(gmm_pool["candidates"][0]["trace"]))
+    assert cli.main(["explain", "GMM:1", "--target", "zen4", "--trace", str(trace)]) == 0
+    out = capsys.readouterr().out
+    assert "predicted" in out and "lanes_fma" in out and "8,388,608" in out
+
+
+def test_bad_input_gets_a_clear_message_and_exit_code_2(capsys):
+    assert cli.main(["explain", "NOPE:1"]) == 2
+    assert "unknown workload 'NOPE:1'" in capsys.readouterr().err
+    assert cli.main(["explain", "GMM:1", "--target", "zen9"]) == 2
+    assert "unknown target preset 'zen9'" in capsys.readouterr().err
+    assert cli.main(["explain", "GMM:1", "--target", '{"kind": "llvm", "mtriple": "riscv64-linux-gnu"}']) == 2
+    assert "instruction set" in capsys.readouterr().err
