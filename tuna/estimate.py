@@ -12,8 +12,6 @@ from .machine import Machine
 
 #: Score given to a candidate that failed to lower or analyse: below any real one.
 WORST_SCORE = -1e30
-#: Predicted seconds of such a candidate, for runners.
-WORST_SECONDS = 1e9
 
 
 @dataclass(frozen=True)

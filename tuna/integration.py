@@ -33,7 +33,7 @@ from tvm.s_tir.meta_schedule.testing import te_workload
 
 from . import ir
 from .errors import AnalysisError, TunaError, WorkloadError
-from .estimate import WORST_SCORE, WORST_SECONDS, Estimate, analyze
+from .estimate import WORST_SCORE, Estimate, analyze
 from .machine import Machine, resolve
 
 logger = logging.getLogger("tuna")
@@ -708,5 +708,3 @@ def estimate_trace(mod: tvm.IRModule, trace_json: Any, machine: Machine) -> Esti
     s_tir.Trace.apply_json_to_schedule(trace_json, sch)
     return estimate_module(sch.mod, machine)
 
-
-WORST = (WORST_SCORE, WORST_SECONDS)
