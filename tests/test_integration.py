@@ -1,5 +1,6 @@
 """The TVM side: TIR to KernelIR, the cost model and the runner, on real schedules."""
 
+import io
 import json
 import tarfile
 
@@ -82,8 +83,6 @@ def test_static_runner_predicts_from_both_builders_artifacts(gmm_pool, preset):
         assert 0 < float(result.run_secs[0]) < 1
         with tarfile.open(built.artifact_path) as tar:
             obj = tar.extractfile("lib0.o").read()
-        import io
-
         expected = "EM_AARCH64" if mach.isa == "aarch64" else "EM_X86_64"
         assert ELFFile(io.BytesIO(obj))["e_machine"] == expected
 
