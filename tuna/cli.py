@@ -3,6 +3,8 @@
 ``tuna tune WORKLOAD --target T``   offline tuning run with a readable report
 ``tuna explain WORKLOAD --target T`` the feature breakdown of one schedule
 ``tuna targets``                     the machine presets
+``tuna bench rank [POOLS]``          ranking quality on measured pools, beside the baselines
+``tuna calibrate POOLS``             fit the linear model's coefficients to measured pools
 """
 
 from __future__ import annotations
@@ -113,6 +115,120 @@ def _explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def _load_pools(paths: list[str]):
+    from . import bench
+
+    files = [Path(p) for p in paths] if paths else bench.shipped_pools()
+    if not files:
+        raise TunaError("no pools given and none shipped in tuna/data/pools")
+    return [bench.load_pool(f) for f in files]
+
+
+def _pool_features(pools, mach, tiers: list[str]) -> tuple[dict, dict]:
+    """Features of every candidate of every pool per tier, with a progress line."""
+    from . import integration
+
+    feats: dict[str, dict] = {t: {} for t in tiers}
+    secs: dict[str, dict] = {t: {} for t in tiers}
+    for tier in tiers:
+        for pool in pools:
+            start = time.perf_counter()
+
+            def progress(done: int, total: int, pool=pool, tier=tier, start=start) -> None:
+                if done % 16 == 0 or done == total:
+                    rate = done / max(time.perf_counter() - start, 1e-9)
+                    print(f"\r   {tier:<4} {pool.name:<8} {done:>4}/{total} candidates ({rate:.1f}/s)",
+                          end="" if done < total else "\n", file=sys.stderr, flush=True)
+
+            feats[tier][pool.name], secs[tier][pool.name] = integration.pool_features(pool, mach, tier, progress)
+    return feats, secs
+
+
+def _fit_rows(feats: dict, pools, mach, leave_out: str | None = None):
+    rows, lat, groups = [], [], []
+    clock = mach.frequency_ghz * 1e9
+    for pool in pools:
+        if pool.name == leave_out:
+            continue
+        for f, secs in zip(feats[pool.name], pool.secs_a):
+            if f is not None:
+                rows.append(f)
+                lat.append(secs * clock)
+                groups.append(pool.name)
+    return rows, lat, groups
+
+
+def _tiers(text: str) -> list[str]:
+    tiers = [t.strip() for t in text.split(",") if t.strip()]
+    bad = [t for t in tiers if t not in ("ir", "full")]
+    if bad or not tiers:
+        raise TunaError(f"unknown tier(s) {bad or text!r}; choose from ir, full")
+    return tiers
+
+
+def _bench_rank(args: argparse.Namespace) -> int:
+    from types import MappingProxyType
+
+    from . import bench, integration, linear
+
+    _quiet_tvm()
+    pools = _load_pools(args.pools)
+    mach = integration._machine(args.target, args.machine)
+    tiers = _tiers(args.tiers)
+    start = time.perf_counter()
+    print(f"== tuna bench rank: {len(pools)} pools for {mach.name}, tiers {', '.join(tiers)}", file=sys.stderr)
+    feats, secs = _pool_features(pools, mach, tiers)
+    scorers = dict(bench.baselines(args.seed))
+    if not args.no_xgb:
+        scorers["xgb-64"] = lambda pool, tr, te: integration.xgb_scores(pool, tr, te, seed=args.seed)
+    for tier in tiers:
+        shipped = linear.coefficients(mach, tier)
+        scorers[f"tuna-{tier}"] = bench.feature_scorer(
+            feats[tier], secs[tier], lambda name, f, c=shipped: linear.seconds(f, c, mach)
+        )
+        held_out = {}
+        for pool in pools:
+            if len(pools) > 1:
+                values = linear.fit(*_fit_rows(feats[tier], pools, mach, leave_out=pool.name))
+                held_out[pool.name] = linear.Coefficients(mach.name, tier, MappingProxyType(values))
+        if held_out:
+            scorers[f"tuna-{tier}-unseen"] = bench.feature_scorer(
+                feats[tier], secs[tier], lambda name, f, h=held_out: linear.seconds(f, h[name], mach)
+            )
+    results = bench.evaluate(pools, scorers, seed=args.seed, progress=lambda line: print("   " + line, file=sys.stderr))
+    print(bench.rank_table(results))
+    notes = [f"coefficients: {linear.coefficients(mach, t).source} ({t} tier)" for t in tiers]
+    notes.append("tuna-<tier>-unseen: coefficients fitted on the other pools of this run, never on the pool ranked")
+    notes.append(f"machine {mach.name}; split seed {args.seed}; {time.perf_counter() - start:.0f} s in all")
+    print("\n".join(notes))
+    if args.json:
+        Path(args.json).write_text(json.dumps(bench.rank_json(results), indent=2))
+        print(f"wrote {args.json}")
+    return 0
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    from . import integration, linear
+
+    _quiet_tvm()
+    pools = _load_pools(args.pools)
+    mach = integration._machine(args.target, args.machine)
+    tiers = _tiers(args.tiers)
+    feats, _ = _pool_features(pools, mach, tiers)
+    tables = {}
+    for tier in tiers:
+        rows, lat, groups = _fit_rows(feats[tier], pools, mach)
+        tables[tier] = linear.fit(rows, lat, groups)
+        print(f"[{tier}] " + ", ".join(f"{k} {v:.4g}" for k, v in tables[tier].items()))
+    names = [f"{p.name} ({Path(p.source).name})" for p in pools]
+    text = linear.to_toml(tables, mach, [p.name for p in pools], f"pools: {', '.join(names)}.")
+    out = Path(args.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    print(f"wrote {out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``tuna`` command."""
     parser = argparse.ArgumentParser(
@@ -137,6 +253,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--machine", help="preset to model when the target's mcpu/arch has no data file")
     p.add_argument("--trace", help="a MetaSchedule trace as JSON to apply first (as in the pools)")
     p.set_defaults(func=_explain)
+
+    p = sub.add_parser("bench", help="benchmarks: ranking quality on measured pools")
+    bench_sub = p.add_subparsers(dest="bench_command", required=True)
+    p = bench_sub.add_parser("rank", help="rank measured pools with tuna and the baselines")
+    p.add_argument("pools", nargs="*", help="pool JSON files (default: the pools tuna ships)")
+    p.add_argument("--target", "-t", default="zen4", help="preset to model (default zen4, the pools' machine)")
+    p.add_argument("--machine", help="preset to model when the target has no data file")
+    p.add_argument("--tiers", default="ir,full", help="tuna tiers to rank with (default ir,full)")
+    p.add_argument("--no-xgb", action="store_true", help="leave out the XGBModel baseline")
+    p.add_argument("--seed", type=int, default=0, help="seed of the train/test split")
+    p.add_argument("--json", help="also write the results as JSON here")
+    p.set_defaults(func=_bench_rank)
+
+    p = sub.add_parser("calibrate", help="fit the linear model's coefficients to measured pools")
+    p.add_argument("pools", nargs="*", help="pool JSON files (default: the pools tuna ships)")
+    p.add_argument("--target", "-t", default="zen4", help="preset the pools were measured on (default zen4)")
+    p.add_argument("--machine", help="preset to model when the target has no data file")
+    p.add_argument("--tiers", default="ir,full", help="tiers to fit (default ir,full)")
+    p.add_argument("--output", "-o", required=True, help="coefficient file to write (tuna/data/coeffs/<preset>.toml)")
+    p.set_defaults(func=_calibrate)
 
     p = sub.add_parser("targets", help="list the machine presets")
     p.add_argument("--json", action="store_true")

@@ -8,10 +8,12 @@ scheduled TIR beside each artifact for the runner), and :func:`tune`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
 import os
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -391,14 +393,53 @@ def _machine(target: Any, machine: str | Machine | None) -> Machine:
     return resolve(target, machine)
 
 
-def estimate_module(mod: tvm.IRModule, machine: Machine) -> Estimate:
-    """Analyse one scheduled IRModule; raises :class:`AnalysisError` when it cannot."""
+def estimate_module(mod: tvm.IRModule, machine: Machine, tier: str = "ir") -> Estimate:
+    """Analyse one scheduled IRModule with the ``"ir"`` or ``"full"`` tier.
+
+    Raises
+    ------
+    AnalysisError
+        When the candidate cannot be lowered, compiled or analysed.
+    """
     try:
+        if tier == "full":
+            from .cpu import full_tier
+
+            return full_tier.estimate(kernel_with_code(mod, machine), machine)
+        if tier != "ir":
+            raise TunaError(f"unknown tier {tier!r}; tiers: ir, full")
         return analyze(kernel_from_module(mod), machine)
     except TunaError:
         raise
     except Exception as err:
         raise AnalysisError(f"{type(err).__name__}: {err}") from err
+
+
+def compile_objects(mod: tvm.IRModule, machine: Machine) -> list[bytes]:
+    """Compile a scheduled module for ``machine`` with TVM's LLVM backend; the ELF objects."""
+    try:
+        executable = tvm.compile(mod, tvm_target(machine))
+        with tempfile.TemporaryDirectory(prefix="tuna-") as tmp:
+            path = os.path.join(tmp, "kernel.o")
+            executable.mod.write_to_file(path)
+            return [Path(path).read_bytes()]
+    except TunaError:
+        raise
+    except Exception as err:
+        raise AnalysisError(f"the candidate does not compile: {type(err).__name__}: {err}") from err
+
+
+def kernel_with_code(mod: tvm.IRModule, machine: Machine) -> ir.KernelIR:
+    """The kernel IR of ``mod`` with its generated machine code attached (full tier input)."""
+    from .cpu import disasm  # Capstone is only needed by the full tier
+
+    kernel = kernel_from_module(mod)
+    if machine.kind != "cpu":
+        raise AnalysisError(f"the full tier analyses CPU code; {machine.name} is a {machine.kind}")
+    code = tuple(
+        disasm.disassemble(*fn) for obj in compile_objects(mod, machine) for fn in disasm.read_functions(obj)
+    )
+    return dataclasses.replace(kernel, code=code)
 
 
 # ---------------------------------------------------------------------------------------
@@ -702,9 +743,166 @@ class _Progress(ms.measure_callback.PyMeasureCallback):
         )
 
 
-def estimate_trace(mod: tvm.IRModule, trace_json: Any, machine: Machine) -> Estimate:
-    """Apply a MetaSchedule trace (JSON) to ``mod`` and analyse the result."""
-    sch = s_tir.Schedule(mod)
-    s_tir.Trace.apply_json_to_schedule(trace_json, sch)
-    return estimate_module(sch.mod, machine)
+def estimate_trace(mod: tvm.IRModule, trace_json: Any, machine: Machine, tier: str = "ir") -> Estimate:
+    """Apply a MetaSchedule trace (JSON) to ``mod`` and analyse the result with ``tier``."""
+    try:
+        sch = s_tir.Schedule(mod)
+        s_tir.Trace.apply_json_to_schedule(trace_json, sch)
+    except Exception as err:
+        raise AnalysisError(f"the trace does not apply to the workload: {err}") from err
+    return estimate_module(sch.mod, machine, tier)
 
+
+
+# ---------------------------------------------------------------------------------------
+# --- benchmark scorers ---
+# Scorers for tuna.bench.evaluate: (pool, train_idx, test_idx) -> (scores, seconds/candidate).
+# ``pool`` is a tuna.bench.Pool (not imported here, to keep this module's imports light).
+# ---------------------------------------------------------------------------------------
+
+_POOL_MODULES: dict[str, tvm.IRModule] = {}
+
+
+def pool_module(pool: Any) -> tvm.IRModule:
+    """A pool's unscheduled workload as an IRModule, parsed once per distinct TVMScript text.
+
+    Raises
+    ------
+    WorkloadError
+        When the pool's ``mod`` does not parse or holds no PrimFunc.
+    """
+    mod = _POOL_MODULES.get(pool.mod)
+    if mod is None:
+        try:
+            mod = tvm.script.from_source(pool.mod)
+        except Exception as err:  # TVMScript's parser raises many kinds
+            raise WorkloadError(f"pool {pool.source}: mod does not parse as TVMScript: {err}") from None
+        if isinstance(mod, tirx.PrimFunc):
+            mod = tvm.IRModule({"main": mod})
+        if not isinstance(mod, tvm.IRModule) or not any(isinstance(f, tirx.PrimFunc) for f in mod.functions.values()):
+            raise WorkloadError(f"pool {pool.source}: mod holds no TIR PrimFunc")
+        if len(_POOL_MODULES) >= 16:
+            _POOL_MODULES.pop(next(iter(_POOL_MODULES)))
+        _POOL_MODULES[pool.mod] = mod
+    return mod
+
+
+def _pool_candidate(mod: tvm.IRModule, trace_json: Any) -> ms.MeasureCandidate | None:
+    """The MeasureCandidate of one pool trace, or None when the trace does not apply."""
+    try:
+        sch = s_tir.Schedule(mod)
+        s_tir.Trace.apply_json_to_schedule(trace_json, sch)
+        return ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True))
+    except Exception as err:  # a trace that does not apply is the pool's problem: skip it
+        logger.debug("tuna bench: a trace does not apply: %s", err)
+        return None
+
+
+def xgb_scores(
+    pool: Any, train_idx: np.ndarray, test_idx: np.ndarray, seed: int = 0, num_threads: int | None = None
+) -> tuple[np.ndarray, float]:
+    """MetaSchedule's own XGBModel, trained on the measured train candidates, as a scorer.
+
+    Parameters
+    ----------
+    pool : tuna.bench.Pool
+        The measured pool.
+    train_idx, test_idx : ndarray
+        Candidates to train on (their ``secs_a``) and to score.
+    seed : int
+        XGBoost's seed.
+    num_threads : int, optional
+        XGBoost threads (MetaSchedule's default: the physical cores).
+
+    Returns
+    -------
+    scores : ndarray
+        XGBModel's predictions for ``test_idx`` (higher is better); the worst score for a
+        candidate whose trace does not apply.
+    seconds_per_candidate : float
+        Applying the trace, extracting features and predicting, per test candidate;
+        training is left out.
+
+    Raises
+    ------
+    TunaError
+        When no train candidate could be used.
+    """
+    import xgboost as xgb
+    from tvm.s_tir.meta_schedule.cost_model import XGBModel
+    from tvm.s_tir.meta_schedule.cost_model.xgb_model import XGBConfig
+
+    mod = pool_module(pool)
+    context = ms.TuneContext(mod=mod, target=tvm.target.Target(dict(pool.target)))
+    model = XGBModel(
+        config=XGBConfig(seed=seed),
+        num_warmup_samples=0,  # the default (100) predicts at random below 100 samples
+        verbose_eval=0,
+        adaptive_training=False,
+        num_tuning_cores=num_threads,
+    )
+    ms_logger = logging.getLogger("tvm.s_tir.meta_schedule")
+    level = ms_logger.level
+    ms_logger.setLevel(logging.WARNING)
+    try:
+        with xgb.config_context(verbosity=0):
+            train = [(_pool_candidate(mod, pool.traces[i]), float(pool.secs_a[i])) for i in train_idx]
+            train = [(c, s) for c, s in train if c is not None]
+            if not train:
+                raise TunaError(f"pool {pool.name}: no train candidate's trace applies; XGBModel cannot train")
+            model.update(
+                context,
+                [c for c, _ in train],
+                [RunnerResult(run_secs=[s], error_msg=None) for _, s in train],
+            )
+            start = time.perf_counter()
+            cands = [_pool_candidate(mod, pool.traces[i]) for i in test_idx]
+            scores = np.full(len(test_idx), WORST_SCORE, dtype="float64")
+            ok = [j for j, c in enumerate(cands) if c is not None]
+            if ok:
+                scores[ok] = model.predict(context, [cands[j] for j in ok])
+            elapsed = time.perf_counter() - start
+    finally:
+        ms_logger.setLevel(level)
+    return scores, elapsed / max(len(test_idx), 1)
+
+
+def pool_features(
+    pool: Any, machine: Machine, tier: str, progress: Callable[[int, int], None] | None = None
+) -> tuple[list[dict[str, float] | None], float]:
+    """tuna's features of every candidate of a pool, with one tier.
+
+    Parameters
+    ----------
+    pool : tuna.bench.Pool
+        The measured pool (its measurements are not looked at).
+    machine : Machine
+        What to model.
+    tier : str
+        ``"ir"`` or ``"full"``.
+    progress : callable, optional
+        Called as ``progress(done, total)`` after each candidate.
+
+    Returns
+    -------
+    features : list
+        Per candidate, the estimate's features, or None when it cannot be analysed.
+    seconds_per_candidate : float
+        Applying the trace and analysing (compiling too, for the full tier), per candidate.
+    """
+    mod = pool_module(pool)
+    out: list[dict[str, float] | None] = []
+    failed = 0
+    start = time.perf_counter()
+    for i, trace in enumerate(pool.traces):
+        try:
+            out.append(dict(estimate_trace(mod, trace, machine, tier).features))
+        except TunaError as err:
+            failed += 1
+            out.append(None)
+            logger.debug("tuna bench: %s candidate %d: %s", pool.name, i, err)
+        if progress is not None:
+            progress(i + 1, len(pool.traces))
+    if failed:
+        logger.warning("tuna: %s: %d of %d candidates not analysable (%s tier)", pool.name, failed, len(out), tier)
+    return out, (time.perf_counter() - start) / max(len(out), 1)

@@ -199,15 +199,16 @@ class KernelIR:
         Buffers allocated by the schedule (e.g. cache-write stages, shared memory).
     params : tuple of str
         Names of the function's buffer parameters.
-    code : MachineCode or None
-        Generated code, when the full tier produced it.
+    code : tuple of MachineCode
+        The generated functions (the kernel and its outlined parallel bodies), when the
+        full tier compiled the candidate; empty otherwise.
     """
 
     name: str
     body: tuple[Node, ...]
     allocations: tuple[Allocation, ...] = ()
     params: tuple[str, ...] = ()
-    code: MachineCode | None = field(default=None, compare=False)
+    code: tuple[MachineCode, ...] = field(default=(), compare=False)
 
 
 def walk(nodes: tuple[Node, ...], outer: tuple[Loop, ...] = ()):

@@ -9,6 +9,7 @@ trip counts from each loop's induction compare and step where they are immediate
 from __future__ import annotations
 
 import io
+import re
 from dataclasses import dataclass
 
 import capstone
@@ -48,10 +49,24 @@ class LoopInfo:
     header: int
     blocks: frozenset[int]
     trip_count: int | None
+    parent: int | None = None
+
+
+#: Prefix of the names given to code that no symbol covers. LLVM emits TVM's outlined
+#: parallel-loop bodies as internal functions without a symbol table entry.
+ANONYMOUS = "anon@"
+#: Gaps shorter than this are alignment padding, not code.
+_MIN_ANONYMOUS_BYTES = 16
+_SHF_EXECINSTR = 0x4
 
 
 def read_functions(obj: bytes) -> list[tuple[str, str, int, bytes]]:
-    """``(isa, name, address, code)`` of every function symbol in an ELF object."""
+    """``(isa, name, address, code)`` of every function in an ELF object.
+
+    Functions with a symbol come first; then each stretch of an executable section
+    that no symbol covers, named ``anon@<section>+<offset>`` (the outlined bodies of
+    parallel loops). Addresses are section offsets.
+    """
     elf = ELFFile(io.BytesIO(obj))
     isa = _ELF_ISA.get(elf["e_machine"])
     if isa is None:
@@ -60,14 +75,28 @@ def read_functions(obj: bytes) -> list[tuple[str, str, int, bytes]]:
         )
     symtab = elf.get_section_by_name(".symtab")
     funcs = []
+    covered: dict[int, list[tuple[int, int]]] = {}
     for sym in symtab.iter_symbols() if symtab else ():
-        if sym["st_info"]["type"] != "STT_FUNC" or not sym["st_size"]:
+        if sym["st_info"]["type"] != "STT_FUNC" or not sym["st_size"] or not isinstance(sym["st_shndx"], int):
             continue
-        section = elf.get_section(sym["st_shndx"])
-        data = section.data()
+        data = elf.get_section(sym["st_shndx"]).data()
         start = sym["st_value"]
         funcs.append((isa, sym.name, start, data[start : start + sym["st_size"]]))
+        covered.setdefault(sym["st_shndx"], []).append((start, start + sym["st_size"]))
+    for index, section in enumerate(elf.iter_sections()):
+        if not section["sh_flags"] & _SHF_EXECINSTR or section["sh_type"] != "SHT_PROGBITS":
+            continue
+        data = section.data()
+        pos = 0
+        for start, end in [*sorted(covered.get(index, [])), (len(data), len(data))]:
+            if start - pos >= _MIN_ANONYMOUS_BYTES:
+                funcs.append((isa, f"{ANONYMOUS}{section.name}+{pos:#x}", pos, data[pos:start]))
+            pos = max(pos, end)
     return funcs
+
+
+#: Mnemonics with a memory operand that touch no memory (address arithmetic, padding).
+_NO_MEMORY = ("lea", "nop", "prefetch", "adr")
 
 
 def _classify(isa: str, ins) -> str:
@@ -75,10 +104,12 @@ def _classify(isa: str, ins) -> str:
     for prefixes, klass in _CLASSES[isa]:
         if mnem.startswith(prefixes):
             return klass
-    if ins.group(capstone.CS_GRP_JUMP) or ins.group(capstone.CS_GRP_RET):
-        return "branch"
     if ins.group(capstone.CS_GRP_CALL):
         return "call"
+    if ins.group(capstone.CS_GRP_JUMP) or ins.group(capstone.CS_GRP_RET):
+        return "branch"
+    if mnem.startswith(_NO_MEMORY):
+        return "other"
     mem_type = capstone.x86.X86_OP_MEM if isa == "x86-64" else capstone.arm64.ARM64_OP_MEM
     if any(op.type == mem_type for op in ins.operands):
         if isa == "x86-64":
@@ -150,7 +181,7 @@ def disassemble(isa: str, name: str, address: int, code: bytes) -> MachineCode:
 
 
 def loops(code: MachineCode) -> list[LoopInfo]:
-    """Natural loops, innermost first, with trip counts where the code shows them."""
+    """Natural loops, innermost first, with nesting and trip counts where the code shows them."""
     if not code.blocks:
         return []
     graph = nx.DiGraph()
@@ -168,63 +199,168 @@ def loops(code: MachineCode) -> list[LoopInfo]:
 
     by_start = {b.start: b for b in code.blocks}
     found: dict[int, set[int]] = {}
+    latches: dict[int, list[int]] = {}
     for src, dst in graph.edges:
         if src in idom and dst in idom and dominates(dst, src):
             body = {dst} | nx.ancestors(graph.subgraph(n for n in graph if dominates(dst, n)), src) | {src}
             found.setdefault(dst, set()).update(body)
-    result = [
-        LoopInfo(h, frozenset(b), _trip_count(code.isa, [by_start[s] for s in sorted(b)], by_start, graph, h))
-        for h, b in found.items()
-    ]
-    return sorted(result, key=lambda lp: len(lp.blocks))
+            latches.setdefault(dst, []).append(src)
+    ordered = sorted(found.items(), key=lambda hb: len(hb[1]))
+    result = []
+    for header, body in ordered:
+        parents = [h for h, b in ordered if h != header and body < b]
+        trips = _trip_count(code.isa, body, latches[header], by_start, graph, idom, header)
+        result.append(LoopInfo(header, frozenset(body), trips, parents[0] if parents else None))
+    return result
 
 
-def _imm(text: str) -> int | None:
+# --- trip counts ------------------------------------------------------------------------
+
+_X86_32 = {f"e{r}": f"r{r}" for r in ("ax", "bx", "cx", "dx", "si", "di", "bp", "sp")}
+
+
+def _reg64(reg: str) -> str:
+    """The full-width register a 32-bit alias writes (eax -> rax, r8d -> r8, w3 -> x3)."""
+    if reg in _X86_32:
+        return _X86_32[reg]
+    if reg.startswith("r") and reg.endswith("d") and reg[1:-1].isdigit():
+        return reg[:-1]
+    if reg.startswith("w") and reg[1:].isdigit():
+        return "x" + reg[1:]
+    return reg
+
+
+def _imm(text: str, bits: int = 64) -> int | None:
+    """An immediate operand as a signed integer of ``bits`` bits (None if not an immediate)."""
     text = text.strip().lstrip("#$")
     try:
-        return int(text, 0)
+        value = int(text, 0)
     except ValueError:
         return None
+    if value >= 1 << (bits - 1) and value < 1 << bits:
+        value -= 1 << bits
+    return value
 
 
-def _trip_count(isa, body, by_start, graph, header) -> int | None:
-    """Iterations from ``cmp reg, imm`` and the register's constant step inside the loop."""
-    instrs = [ins for blk in body for ins in blk.instructions]
-    steps: dict[str, int] = {}
-    for ins in instrs:
-        ops = [o.strip() for o in ins.operands.split(",")]
-        if isa == "x86-64":
-            if ins.mnemonic in ("add", "sub") and len(ops) == 2 and _imm(ops[1]) is not None:
-                steps[ops[0]] = _imm(ops[1]) * (1 if ins.mnemonic == "add" else -1)
-            elif ins.mnemonic in ("inc", "dec") and len(ops) == 1:
-                steps[ops[0]] = 1 if ins.mnemonic == "inc" else -1
-        elif ins.mnemonic in ("add", "sub", "subs", "adds") and len(ops) == 3 and ops[0] == ops[1]:
-            if _imm(ops[2]) is not None:
-                steps[ops[0]] = _imm(ops[2]) * (1 if ins.mnemonic.startswith("add") else -1)
-    inits: dict[str, int] = {}
-    for pred in graph.predecessors(header):
-        if pred in {b.start for b in body}:
-            continue
-        for ins in by_start[pred].instructions:
-            ops = [o.strip() for o in ins.operands.split(",")]
-            if ins.mnemonic == "mov" and len(ops) == 2 and _imm(ops[1]) is not None:
-                inits[ops[0]] = _imm(ops[1])
-            elif ins.mnemonic == "xor" and len(ops) == 2 and ops[0] == ops[1]:
-                inits[ops[0]] = 0
-    for ins in reversed(instrs):
-        ops = [o.strip() for o in ins.operands.split(",")]
-        if ins.mnemonic in ("cmp", "subs") and ops and ops[0] in steps:
-            bound = _imm(ops[-1])
-            step = steps[ops[0]]
-            if bound is None or step == 0:
-                continue
-            start = inits.get(ops[0], 0)
-            trips = (bound - start) // step + ((bound - start) % step != 0)
-            if trips > 0:
-                return trips
-        if isa == "aarch64" and ins.mnemonic == "subs" and ops and ops[0] in inits and ops[0] in steps:
-            return max(1, inits[ops[0]] // -steps[ops[0]])
-    for reg, step in steps.items():  # count-down loops ending at zero (dec/sub ... jne)
-        if step < 0 and reg in inits and inits[reg] > 0:
-            return max(1, inits[reg] // -step)
+def _width(reg: str) -> int:
+    return 32 if _reg64(reg) != reg else 64
+
+
+def _ops(ins: Instruction) -> list[str]:
+    return [o.strip() for o in ins.operands.split(",")] if ins.operands else []
+
+
+def _step(isa: str, ins: Instruction) -> tuple[str, int] | None:
+    """``(register, constant increment)`` when ``ins`` adds a constant to a register."""
+    ops, mnem = _ops(ins), ins.mnemonic
+    if isa == "x86-64":
+        if mnem in ("add", "sub") and len(ops) == 2 and (k := _imm(ops[1], _width(ops[0]))) is not None:
+            return _reg64(ops[0]), k if mnem == "add" else -k
+        if mnem in ("inc", "dec") and len(ops) == 1:
+            return _reg64(ops[0]), 1 if mnem == "inc" else -1
+    elif mnem in ("add", "sub", "adds", "subs") and len(ops) == 3 and ops[0] == ops[1]:
+        if (k := _imm(ops[2])) is not None:
+            return _reg64(ops[0]), k if mnem.startswith("add") else -k
     return None
+
+
+def _constant(isa: str, ins: Instruction) -> int | None:
+    """The value ``ins`` puts in its destination register, when it is a constant."""
+    ops, mnem = _ops(ins), ins.mnemonic
+    if mnem == "mov" and len(ops) == 2:
+        if ops[1] in ("wzr", "xzr"):
+            return 0
+        return _imm(ops[1], _width(ops[0]))
+    if mnem == "xor" and len(ops) == 2 and ops[0] == ops[1]:
+        return 0
+    return None
+
+
+def _value_before(reg: str, block: int, by_start, idom, isa: str) -> int | None:
+    """Constant value of ``reg`` at the end of ``block``, from the last write on its dominator chain."""
+    seen = set()
+    while block not in seen:
+        seen.add(block)
+        for ins in reversed(by_start[block].instructions):
+            if reg in (_reg64(w) for w in ins.writes):
+                return _constant(isa, ins)
+        if idom.get(block, block) == block:
+            return None
+        block = idom[block]
+    return None
+
+
+def _trip_count(isa, body, latches, by_start, graph, idom, header) -> int | None:
+    """Iterations from the latch's compare-and-branch and the induction register's step.
+
+    Handles the forms LLVM emits for counted loops: ``add r, k; cmp r, B; jne`` (bound
+    an immediate or a register holding a constant), ``add r, k; jne`` counting to zero
+    from a negative start, ``subs x, x, #k; b.ne`` and ``sub; cbnz``. The start value is
+    the last constant written to the register on the dominator chain of the preheader.
+    """
+    steps: dict[str, int] = {}
+    for start in body:
+        for ins in by_start[start].instructions:
+            st = _step(isa, ins)
+            if st is not None:
+                reg, k = st
+                steps[reg] = steps.get(reg, 0) + k if reg in steps else k
+            else:
+                for w in ins.writes:
+                    if _reg64(w) in steps and _reg64(w) not in ("rflags", "nzcv"):
+                        steps[_reg64(w)] = 0  # also written some other way: not an induction
+    outside = [p for p in graph.predecessors(header) if p not in body]
+    if len(outside) != 1:
+        return None
+
+    def start_of(reg: str) -> int | None:
+        return _value_before(reg, outside[0], by_start, idom, isa)
+
+    def trips(reg: str, bound: int) -> int | None:
+        step, init = steps.get(reg, 0), start_of(reg)
+        if not step or init is None:
+            return None
+        n = -(-(bound - init) // step)
+        return n if n > 0 else None
+
+    for latch in latches:
+        instrs = by_start[latch].instructions
+        for pos in range(len(instrs) - 1, -1, -1):
+            ins, ops = instrs[pos], _ops(instrs[pos])
+            if ins.mnemonic in ("cmp", "cmn") and len(ops) == 2:
+                reg = _reg64(ops[0])
+                bound = _imm(ops[1], _width(ops[0]))
+                if bound is None:
+                    bound = start_of(_reg64(ops[1]))
+                if bound is not None and (n := trips(reg, -bound if ins.mnemonic == "cmn" else bound)):
+                    return n
+                break
+            if ins.mnemonic in ("cbnz", "cbz") and ops:
+                return trips(_reg64(ops[0]), 0)
+            st = _step(isa, ins)
+            if st is not None and (isa == "x86-64" or ins.mnemonic in ("adds", "subs")):
+                return trips(st[0], 0)  # the increment sets the flags: runs until zero
+            if "rflags" in ins.writes or "nzcv" in ins.writes:
+                break
+    return None
+
+
+# --- SIMD lanes ---------------------------------------------------------------------------
+
+_X86_WIDTH = (("zmm", 512), ("ymm", 256), ("xmm", 128))
+_X86_ELEMENT = (("ps", 32), ("pd", 64), ("ph", 16))
+_A64_ARRANGEMENT = re.compile(r"\.(\d+)([bhsd])\b")
+
+
+def lanes(isa: str, ins: Instruction) -> int:
+    """Data elements one arithmetic instruction works on (1 for scalar forms)."""
+    if isa == "x86-64":
+        mnem = ins.mnemonic
+        elem = next((bits for suffix, bits in _X86_ELEMENT if mnem.endswith(suffix)), 0)
+        if not elem:
+            return 1
+        dest = ins.operands.split(",", 1)[0]
+        width = next((bits for prefix, bits in _X86_WIDTH if prefix in dest), 128)
+        return width // elem
+    match = _A64_ARRANGEMENT.search(ins.operands.split(",", 1)[0])
+    return int(match.group(1)) if match else 1

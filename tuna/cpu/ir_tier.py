@@ -16,6 +16,7 @@ import math
 from collections import Counter
 from types import MappingProxyType
 
+from .. import linear
 from ..estimate import Estimate
 from ..footprint import data_movement
 from ..ir import Access, KernelIR, Loop, LoopKind, Statement, walk
@@ -23,9 +24,6 @@ from ..machine import Machine
 
 #: Instructions of loop control (increment, compare, branch) per iteration of a rolled loop.
 LOOP_OVERHEAD_INSTRUCTIONS = 2
-#: Cost of one parallel region launch in TVM's thread pool, seconds (order of magnitude of
-#: the fork/join of TVM's runtime thread pool; an assumption until calibrated).
-PARALLEL_LAUNCH_SECONDS = 3e-6
 
 
 def unrolled_loops(loops: tuple[Loop, ...]) -> set[str]:
@@ -138,7 +136,8 @@ def _parallel_width(node: Loop | Statement) -> int:
     return 1
 
 
-def _nest_cycles(node: Loop | Statement, machine: Machine, feats: Counter) -> float:
+def _nest_terms(node: Loop | Statement, machine: Machine, feats: Counter) -> None:
+    """Add one top-level nest's terms of the linear model (and diagnostics) to ``feats``."""
     counts: Counter = Counter()
     for stmt, loops in walk((node,)):
         counts.update(statement_counts(stmt, loops, machine))
@@ -155,20 +154,22 @@ def _nest_cycles(node: Loop | Statement, machine: Machine, feats: Counter) -> fl
         + LOOP_OVERHEAD_INSTRUCTIONS * counts["loop_iterations"]
     )
     frontend = instructions / machine.issue_width
+    width = _parallel_width(node)
+    active = min(width, machine.cores)
+    imbalance = math.ceil(width / active) * active / width
     fills = 0.0
     for level in machine.caches:
         _, moved = data_movement(node, level.size_bytes, level.line_bytes)
         volume = sum(moved.values())
         feats[f"L{level.level}_fill_bytes"] += volume
+        per_thread = volume if level.shared else volume / active
+        feats[f"l{level.level}_fill_cycles"] += per_thread / level.bytes_per_cycle
         fills = max(fills, volume / level.bytes_per_cycle)
     # Data that misses the last level comes from DRAM: that is the last level's fill volume.
-    dram_bytes = feats[f"L{machine.caches[-1].level}_fill_bytes"] if machine.caches else 0.0
-    core = max(fp, loads, stores, frontend, counts["chain"], fills)
+    dram_bytes = sum(moved.values()) if machine.caches else 0.0
+    core = max(fp, loads, stores, frontend, counts["chain"])
     if machine.in_order:
         core = fp + loads + stores + counts["chain"] / 2
-    width = _parallel_width(node)
-    active = min(width, machine.cores)
-    imbalance = math.ceil(width / active) * active / width
     for key in ("fma", "add", "mul", "load", "store", "spill", "lanes_fma", "loop_iterations", "chain"):
         feats[key] += counts[key]
     feats["fp_cycles"] += fp
@@ -177,19 +178,18 @@ def _nest_cycles(node: Loop | Statement, machine: Machine, feats: Counter) -> fl
     feats["frontend_cycles"] += frontend
     feats["fill_cycles"] += fills
     feats["dram_bytes"] += dram_bytes
-    cycles = core / active * imbalance
-    feats["core_cycles"] += cycles
-    dram_cycles = dram_bytes / (machine.memory_gbps * 1e9) * machine.frequency_ghz * 1e9
-    launch = PARALLEL_LAUNCH_SECONDS * machine.frequency_ghz * 1e9 if width > 1 else 0.0
-    feats["parallel_nests"] += width > 1
+    feats["dram_cycles"] += dram_bytes / (machine.memory_gbps * 1e9) * machine.frequency_ghz * 1e9
+    feats["compute_cycles"] += core / active * imbalance
+    feats["launches"] += width > 1
     feats["threads_used"] = max(feats["threads_used"], active)
-    return max(cycles, dram_cycles) + launch
 
 
 def estimate(kernel: KernelIR, machine: Machine) -> Estimate:
     """Predict the run time of ``kernel`` on the CPU ``machine`` from its loop tree."""
     feats: Counter = Counter()
-    cycles = sum(_nest_cycles(node, machine, feats) for node in kernel.body)
-    feats["cycles"] = cycles
-    seconds = cycles / (machine.frequency_ghz * 1e9)
+    for node in kernel.body:
+        _nest_terms(node, machine, feats)
+    feats["const"] = 1.0
+    seconds = linear.seconds(feats, linear.coefficients(machine, "ir"), machine)
+    feats["cycles"] = seconds * machine.frequency_ghz * 1e9
     return Estimate(seconds=seconds, tier="ir", features=MappingProxyType(dict(feats)))

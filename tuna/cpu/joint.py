@@ -1,0 +1,279 @@
+"""Joint TIR / machine-code loop mapping (the Tuna paper's Algorithm 1).
+
+Trip counts are often invisible in optimised code (bounds in memory, two-iteration loops
+turned into flag tests, the per-thread chunk of a parallel loop), while the TIR knows every
+extent but not what LLVM unrolled, duplicated or turned into ``memset``. Walking both loop
+trees together gives each machine loop a trip count: its own when the code shows it, else
+the extent of the TIR loop it corresponds to. Machine loops are matched in pre-order to the
+TIR loops that can survive code generation (not vectorized, not unrolled by TVM, extent > 1),
+preferring the next TIR loop whose extent equals the machine trip count (or a multiple of it,
+for loops LLVM partially unrolled), and allowing a TIR loop to match again (LLVM duplicates
+loops when it unrolls an outer one).
+
+TVM outlines every parallel loop into a function of its own, run once per thread; those
+functions have no symbol (``disasm.ANONYMOUS``) and are matched to the parallel loops in
+program order, with the parallel loop's trip count being one thread's share.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+
+from ..ir import KernelIR, Loop, LoopKind, MachineCode, Node, walk
+from ..machine import Machine
+from . import disasm
+
+#: Trip count assumed for a machine loop neither the code nor the TIR explains (assumption).
+UNKNOWN_TRIPS = 4
+#: Factors by which LLVM partially unrolls counted loops.
+_UNROLL_FACTORS = (2, 4, 8, 16)
+#: Names of runtime helpers linked into every TVM object, not part of the kernel.
+_HELPERS = ("__tvm_ffi_", "__tvm_set_raised", "__truncsfhf2", "__extendhfsf2", "__gnu_")
+
+
+@dataclass(frozen=True)
+class LoopMatch:
+    """One machine loop and what it was matched to.
+
+    Attributes
+    ----------
+    function : str
+        The function the loop is in.
+    header : int
+        Address of the loop header block.
+    trips : float
+        Iterations per entry used for weighting.
+    tir_var : str or None
+        The TIR loop it corresponds to (None when unmatched).
+    source : str
+        Where ``trips`` came from: "code", "tir" or "assumed".
+    """
+
+    function: str
+    header: int
+    trips: float
+    tir_var: str | None
+    source: str
+
+
+@dataclass(frozen=True)
+class FunctionMap:
+    """Block execution counts of one function.
+
+    Attributes
+    ----------
+    code : MachineCode
+        The function.
+    threads : int
+        Threads the function runs on at once (1 for the serial part; an outlined
+        parallel body runs once on each thread).
+    weights : dict
+        Executions of each block (by start address) per kernel call, on one thread.
+    loops : tuple of LoopMatch
+        The function's machine loops and their matches.
+    innermost : frozenset of int
+        Headers of the loops with no loop inside.
+    """
+
+    code: MachineCode
+    threads: int
+    weights: dict[int, float]
+    loops: tuple[LoopMatch, ...]
+    innermost: frozenset[int]
+
+
+def kernel_functions(code: tuple[MachineCode, ...]) -> tuple[MachineCode, ...]:
+    """The functions that belong to the kernel (runtime helpers left out)."""
+    return tuple(f for f in code if not f.function.startswith(_HELPERS))
+
+
+def tvm_unrolled(kernel: KernelIR) -> set[str]:
+    """Variables of the loops TVM's ``UnrollLoop`` pass unrolls before code generation.
+
+    Explicitly unrolled loops, and, under a ``pragma_auto_unroll_max_step`` annotation,
+    every serial loop whose whole body runs at most that many statement instances
+    (vectorized loops count once: they become single vector instructions).
+    """
+    unrolled: set[str] = set()
+
+    def steps(node: Node, limit: int) -> int:
+        if not isinstance(node, Loop):
+            return 1
+        limit = node.unroll_max_step or limit
+        inner = sum(steps(child, limit) for child in node.body)
+        total = inner if node.kind == LoopKind.VECTORIZED else inner * node.extent
+        if node.kind == LoopKind.UNROLLED or (node.kind == LoopKind.SERIAL and total <= limit):
+            unrolled.add(node.var)
+        return total
+
+    for node in kernel.body:
+        steps(node, 0)
+    return unrolled
+
+
+def _rolled(kernel: KernelIR) -> list[tuple[Loop, tuple[Loop, ...]]]:
+    """TIR loops that can remain loops in machine code, pre-order, with their ancestors."""
+    unrolled = tvm_unrolled(kernel)
+    out: list[tuple[Loop, tuple[Loop, ...]]] = []
+
+    def visit(nodes: tuple[Node, ...], outer: tuple[Loop, ...]) -> None:
+        for node in nodes:
+            if not isinstance(node, Loop):
+                continue
+            if node.kind != LoopKind.VECTORIZED and node.var not in unrolled and node.extent > 1:
+                out.append((node, outer))
+            visit(node.body, (*outer, node))
+
+    visit(kernel.body, ())
+    return out
+
+
+def _parallel_loops(kernel: KernelIR) -> list[Loop]:
+    """Outermost parallel loops in program order (each becomes one outlined function)."""
+    found: list[Loop] = []
+
+    def visit(nodes: tuple[Node, ...]) -> None:
+        for node in nodes:
+            if isinstance(node, Loop):
+                if node.kind == LoopKind.PARALLEL:
+                    found.append(node)
+                else:
+                    visit(node.body)
+
+    visit(kernel.body)
+    return found
+
+
+def _subtree_vars(loop: Loop) -> set[str]:
+    out = {loop.var}
+    for child in loop.body:
+        if isinstance(child, Loop):
+            out |= _subtree_vars(child)
+    return out
+
+
+def _compatible(trips: int | None, extent: int) -> int:
+    """2 for an exact match, 1 for a partial unroll of the TIR loop, 0 otherwise."""
+    if trips is None:
+        return 1
+    if trips == extent:
+        return 2
+    return 1 if any(trips * u == extent for u in _UNROLL_FACTORS) else 0
+
+
+def _map_function(
+    code: MachineCode, scope: list[Loop], parallel: Loop | None, threads: int
+) -> FunctionMap:
+    """Match the machine loops of one function to the TIR loops in ``scope`` (pre-order)."""
+    infos = disasm.loops(code)
+    by_header = {lp.header: lp for lp in infos}
+    children: dict[int | None, list[disasm.LoopInfo]] = {}
+    for lp in infos:
+        children.setdefault(lp.parent, []).append(lp)
+    for kids in children.values():
+        kids.sort(key=lambda lp: min(lp.blocks))
+    height: dict[int, int] = {}
+    for lp in infos:  # innermost first, so children are done before parents
+        height[lp.header] = 1 + max((height[c.header] for c in children.get(lp.header, ())), default=0)
+    depth_below: dict[str, int] = {}  # rolled-loop nesting depth of each scope loop, bottom-up
+    for lp in reversed(scope):
+        inner = [x for x in scope if x.var in _subtree_vars(lp) and x.var != lp.var]
+        depth_below[lp.var] = 1 + max((depth_below[x.var] for x in inner), default=0)
+
+    matches: list[LoopMatch] = []
+    trips_of: dict[int, float] = {}
+
+    def assign(kids: list[disasm.LoopInfo], candidates: list[Loop]) -> None:
+        cursor = 0
+        for lp in kids:
+            known = lp.trip_count
+            best = None
+            for order in (range(cursor, len(candidates)), range(0, cursor)):
+                ranked = [
+                    (q, i)
+                    for i in order
+                    if (q := _compatible(known, candidates[i].extent))
+                    and depth_below[candidates[i].var] >= height[lp.header]
+                ]
+                if ranked:
+                    top = max(q for q, _ in ranked)
+                    best = next(i for q, i in ranked if q == top)
+                    break
+            if best is None:
+                trips, var, source, inner = known or UNKNOWN_TRIPS, None, "code" if known else "assumed", []
+            else:
+                tir = candidates[best]
+                cursor = best + 1
+                var = tir.var
+                if tir is parallel:
+                    trips, source = math.ceil(tir.extent / threads), "tir"
+                elif known is not None:
+                    trips, source = known, "code"
+                else:
+                    trips, source = tir.extent, "tir"
+                inside = _subtree_vars(tir) - {tir.var}
+                inner = [x for x in candidates if x.var in inside]
+            trips_of[lp.header] = trips
+            matches.append(LoopMatch(code.function, lp.header, float(trips), var, source))
+            assign(children.get(lp.header, []), inner)
+
+    assign(children.get(None, []), scope)
+    weights = {b.start: 1.0 for b in code.blocks}
+    for header, trips in trips_of.items():
+        for start in by_header[header].blocks:
+            weights[start] *= trips
+    innermost = frozenset(lp.header for lp in infos if not children.get(lp.header))
+    return FunctionMap(code, threads, weights, tuple(matches), innermost)
+
+
+def map_kernel(kernel: KernelIR, machine: Machine) -> tuple[FunctionMap, ...]:
+    """Block execution counts of every kernel function of ``kernel.code``.
+
+    The first named function is the kernel body; outlined (anonymous) functions are the
+    parallel loops in program order, each run on ``min(extent, machine.cores)`` threads.
+    """
+    funcs = kernel_functions(kernel.code)
+    named = [f for f in funcs if not f.function.startswith(disasm.ANONYMOUS)]
+    outlined = sorted(
+        (f for f in funcs if f.function.startswith(disasm.ANONYMOUS)), key=lambda f: f.blocks[0].start
+    )
+    rolled = _rolled(kernel)
+    parallel = _parallel_loops(kernel)
+    inside_parallel = set().union(*(_subtree_vars(p) for p in parallel)) if parallel else set()
+    serial_scope = [lp for lp, _ in rolled if lp.var not in inside_parallel]
+    maps = [_map_function(f, serial_scope, None, 1) for f in named]
+    for pos, func in enumerate(outlined):
+        if pos < len(parallel):
+            par = parallel[pos]
+            threads = min(par.extent, machine.cores)
+            scope = [lp for lp, _ in rolled if lp.var in _subtree_vars(par)]
+            if par not in scope:
+                scope.insert(0, par)
+            maps.append(_map_function(func, scope, par, threads))
+        else:
+            maps.append(_map_function(func, [], None, machine.cores))
+    return tuple(maps)
+
+
+def dynamic_counts(maps: tuple[FunctionMap, ...], isa: str) -> Counter:
+    """Instructions executed per kernel call, by class, summed over all threads.
+
+    Also ``lanes_fma``: data elements of the FMA instructions, to compare with the TIR.
+    """
+    counts: Counter = Counter()
+    for fm in maps:
+        for blk in fm.code.blocks:
+            w = fm.weights[blk.start] * fm.threads
+            for ins in blk.instructions:
+                counts[ins.klass] += w
+                counts["instructions"] += w
+                if ins.klass == "fma":
+                    counts["lanes_fma"] += w * disasm.lanes(isa, ins)
+    return counts
+
+
+def tir_multiply_adds(kernel: KernelIR) -> int:
+    """Multiply-adds the TIR performs per call (what ``lanes_fma`` should equal)."""
+    return sum(stmt.op_count("fma") * math.prod(lp.extent for lp in loops) for stmt, loops in walk(kernel.body))

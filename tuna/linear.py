@@ -1,0 +1,164 @@
+"""The score: a linear model over the analyses' cycle features, coefficients per target.
+
+Both CPU tiers report the same terms, all in cycles of one core (or counts), so one
+formula turns them into seconds::
+
+    seconds = sum(coefficient[t] * feature[t] for t in TERMS) / clock
+
+Coefficients live in ``tuna/data/coeffs/<preset>.toml``, one table per tier, written by
+``tuna calibrate`` from measured pools and naming the pools they were fitted on. A target
+without a file uses :func:`default_coefficients`: every cycle term counts once, a
+parallel region costs :data:`PARALLEL_LAUNCH_SECONDS` and a library call the target's
+``latency.call``.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from types import MappingProxyType
+
+import numpy as np
+from scipy.optimize import nnls
+
+from .errors import TunaError
+from .machine import Machine
+
+#: Terms of the linear model, in the order of the coefficient files.
+TERMS = (
+    "compute_cycles",  # per-thread core cycles: throughput/latency bound or simulated blocks
+    "l1_fill_cycles",  # per-thread bytes moved into L1 / L1 fill bandwidth
+    "l2_fill_cycles",  # per-thread bytes moved into L2 / L2 fill bandwidth
+    "l3_fill_cycles",  # bytes moved into the shared L3 / its fill bandwidth
+    "dram_cycles",  # bytes from memory / memory bandwidth, in core cycles
+    "launches",  # parallel regions started
+    "calls",  # per-thread calls to out-of-line library code (expf, ...)
+    "const",  # 1: a fixed cost per call
+)
+#: Cost of one parallel region launch in TVM's thread pool, seconds (the order of magnitude
+#: of a fork/join in TVM's runtime thread pool; the default until calibrated).
+PARALLEL_LAUNCH_SECONDS = 3e-6
+TIERS = ("ir", "full")
+
+
+@dataclass(frozen=True)
+class Coefficients:
+    """Coefficients of one tier for one target, and where they came from."""
+
+    target: str
+    tier: str
+    values: Mapping[str, float]
+    source: str = "default"
+    fitted_on: tuple[str, ...] = field(default=())
+
+    def cycles(self, features: Mapping[str, float]) -> float:
+        """Predicted cycles of the features."""
+        return sum(self.values.get(t, 0.0) * float(features.get(t, 0.0)) for t in TERMS)
+
+
+def default_coefficients(machine: Machine, tier: str) -> Coefficients:
+    """Physical defaults: each cycle term counts once; launches cost a fixed time."""
+    values = dict.fromkeys(TERMS, 1.0)
+    values["launches"] = PARALLEL_LAUNCH_SECONDS * machine.frequency_ghz * 1e9
+    values["calls"] = float(machine.latency.get("call", 0.0))
+    values["const"] = 0.0
+    return Coefficients(machine.name, tier, MappingProxyType(values))
+
+
+@cache
+def _shipped(name: str) -> Mapping[str, dict]:
+    path = resources.files("tuna.data").joinpath("coeffs", f"{name}.toml")
+    if not path.is_file():
+        return {}
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise TunaError(f"coefficient file {name}.toml is not valid TOML: {err}") from None
+
+
+def parse(text: str, machine: Machine, tier: str, source: str) -> Coefficients:
+    """Coefficients of ``tier`` from the text of a coefficient file (defaults if absent)."""
+    data = tomllib.loads(text) if isinstance(text, str) else text
+    return _from_table(data, machine, tier, source)
+
+
+def _from_table(data: Mapping, machine: Machine, tier: str, source: str) -> Coefficients:
+    table = data.get(tier)
+    if table is None:
+        return default_coefficients(machine, tier)
+    unknown = set(table) - set(TERMS) - {"fitted_on"}
+    if unknown:
+        raise TunaError(f"{source}: unknown terms {sorted(unknown)} in [{tier}]; known: {', '.join(TERMS)}")
+    values = {t: float(table.get(t, 0.0)) for t in TERMS}
+    return Coefficients(machine.name, tier, MappingProxyType(values), source, tuple(table.get("fitted_on", ())))
+
+
+def coefficients(machine: Machine, tier: str) -> Coefficients:
+    """The shipped coefficients of ``tier`` for ``machine`` (defaults without a file)."""
+    if tier not in TIERS:
+        raise TunaError(f"unknown tier {tier!r}; tiers: {', '.join(TIERS)}")
+    return _from_table(_shipped(machine.name), machine, tier, f"tuna/data/coeffs/{machine.name}.toml")
+
+
+def seconds(features: Mapping[str, float], coeffs: Coefficients, machine: Machine) -> float:
+    """Predicted seconds from cycle features."""
+    return max(coeffs.cycles(features), 1.0) / (machine.frequency_ghz * 1e9)
+
+
+def fit(
+    rows: Sequence[Mapping[str, float]], lat: Sequence[float], groups: Sequence[str] | None = None
+) -> dict[str, float]:
+    """Non-negative coefficients minimising the relative error of predicted times.
+
+    Parameters
+    ----------
+    rows : sequence of mappings
+        Features of each measured candidate.
+    lat : sequence of float
+        Measured seconds times the clock (cycles), one per row.
+    groups : sequence of str, optional
+        The pool of each row; each pool gets equal total weight so large pools do not
+        dominate.
+
+    Returns
+    -------
+    dict
+        One coefficient per term of :data:`TERMS`.
+    """
+    x = np.array([[float(r.get(t, 0.0)) for t in TERMS] for r in rows], dtype="float64")
+    y = np.asarray(lat, dtype="float64")
+    if len(y) < len(TERMS):
+        raise TunaError(f"calibration needs at least {len(TERMS)} measured candidates, got {len(y)}")
+    weight = 1.0 / y
+    if groups is not None:
+        sizes: dict[str, int] = {}
+        for g in groups:
+            sizes[g] = sizes.get(g, 0) + 1
+        weight = weight / np.sqrt([sizes[g] for g in groups])
+    scale = np.maximum(np.abs(x).max(axis=0), 1e-30)  # conditioning: columns of unit size
+    coef, _ = nnls(x / scale * weight[:, None], y * weight, maxiter=50 * len(TERMS))
+    return {t: float(c / s) for t, c, s in zip(TERMS, coef, scale)}
+
+
+def to_toml(tables: Mapping[str, Mapping[str, float]], machine: Machine, fitted_on: Iterable[str], note: str) -> str:
+    """A coefficient file for ``machine`` with one table per tier."""
+    pools = sorted(fitted_on)
+    lines = [
+        f"# Coefficients of tuna's linear model for {machine.title} ({machine.name}).",
+        f"# Written by `tuna calibrate`; {note}",
+        "# Fitted on the measured pools named in fitted_on (non-negative least squares on",
+        "# relative error, each pool weighted equally). Terms are described in tuna/linear.py.",
+    ]
+    for tier, values in tables.items():
+        lines += ["", f"[{tier}]", f"fitted_on = {pools!r}".replace("'", '"')]
+        lines += [f"{t} = {values.get(t, 0.0):.6g}" for t in TERMS]
+    return "\n".join(lines) + "\n"
+
+
+def finite(value: float) -> float:
+    """``value`` when finite, else 0 (features of failed analyses)."""
+    return value if math.isfinite(value) else 0.0
