@@ -10,7 +10,9 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.11",
     packages=find_packages(include=["tuna", "tuna.*"]),
-    package_data={"tuna.data": ["targets/*.toml"]},
+    package_data={
+        "tuna.data": ["targets/*.toml", "uarch/*.toml", "coeffs/*.toml", "pools/*.json", "pools/README.md"]
+    },
     install_requires=[
         "apache-tvm==0.27.0.post1",
         "apache-tvm-ffi==0.1.14.post0",

@@ -5,8 +5,8 @@ from collections import OrderedDict
 import pytest
 
 from tuna import machine
+from tuna.cpu.cache import data_movement
 from tuna.cpu.ir_tier import estimate, statement_counts, unrolled_loops
-from tuna.footprint import data_movement
 from tuna.ir import Access, Index, KernelIR, Loop, LoopKind, Statement, walk
 
 

@@ -569,16 +569,27 @@ class StaticRunner(PyRunner):
         self.ran = 0
 
     def predict_artifact(self, artifact_path: str) -> float:
-        """Predicted seconds of the candidate built into ``artifact_path``."""
-        sidecar = Path(artifact_path).parent / SIDECAR
-        if sidecar.exists():
-            mod = tvm.script.from_source(sidecar.read_text())
-            if isinstance(mod, tirx.PrimFunc):
-                mod = tvm.IRModule({"main": mod})
-            return estimate_module(mod, self.machine).seconds
+        """Predicted seconds of the candidate built into ``artifact_path``.
+
+        CPU candidates get the full tier: the TIR beside the artifact analysed jointly
+        with the object code inside it (no second compilation).
+        """
         from .cpu import objcode
 
-        return objcode.estimate_artifact(artifact_path, self.machine).seconds
+        sidecar = Path(artifact_path).parent / SIDECAR
+        if not sidecar.exists():
+            return objcode.estimate_artifact(artifact_path, self.machine).seconds
+        mod = tvm.script.from_source(sidecar.read_text())
+        if isinstance(mod, tirx.PrimFunc):
+            mod = tvm.IRModule({"main": mod})
+        if self.machine.kind != "cpu":
+            return estimate_module(mod, self.machine).seconds
+        from .cpu import disasm, full_tier
+
+        kernel = kernel_from_module(mod)
+        objects = objcode.artifact_objects(artifact_path)
+        code = tuple(disasm.disassemble(*fn) for obj in objects for fn in disasm.read_functions(obj))
+        return full_tier.estimate(dataclasses.replace(kernel, code=code), self.machine).seconds
 
     def run(self, runner_inputs) -> list[RunnerFuture]:
         futures = []

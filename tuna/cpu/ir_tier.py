@@ -18,9 +18,9 @@ from types import MappingProxyType
 
 from .. import linear
 from ..estimate import Estimate
-from ..footprint import data_movement
 from ..ir import Access, KernelIR, Loop, LoopKind, Statement, walk
 from ..machine import Machine
+from .cache import data_movement
 
 #: Instructions of loop control (increment, compare, branch) per iteration of a rolled loop.
 LOOP_OVERHEAD_INSTRUCTIONS = 2

@@ -75,6 +75,9 @@ class FunctionMap:
         The function's machine loops and their matches.
     innermost : frozenset of int
         Headers of the loops with no loop inside.
+    instances : float
+        Per-thread runs that add up to the whole work: the parallel extent over one
+        thread's share (``threads`` when the extent divides evenly), 1 for serial code.
     """
 
     code: MachineCode
@@ -82,6 +85,7 @@ class FunctionMap:
     weights: dict[int, float]
     loops: tuple[LoopMatch, ...]
     innermost: frozenset[int]
+    instances: float = 1.0
 
 
 def kernel_functions(code: tuple[MachineCode, ...]) -> tuple[MachineCode, ...]:
@@ -225,7 +229,8 @@ def _map_function(
         for start in by_header[header].blocks:
             weights[start] *= trips
     innermost = frozenset(lp.header for lp in infos if not children.get(lp.header))
-    return FunctionMap(code, threads, weights, tuple(matches), innermost)
+    instances = parallel.extent / math.ceil(parallel.extent / threads) if parallel is not None else float(threads)
+    return FunctionMap(code, threads, weights, tuple(matches), innermost, instances)
 
 
 def map_kernel(kernel: KernelIR, machine: Machine) -> tuple[FunctionMap, ...]:
@@ -265,7 +270,7 @@ def dynamic_counts(maps: tuple[FunctionMap, ...], isa: str) -> Counter:
     counts: Counter = Counter()
     for fm in maps:
         for blk in fm.code.blocks:
-            w = fm.weights[blk.start] * fm.threads
+            w = fm.weights[blk.start] * fm.instances
             for ins in blk.instructions:
                 counts[ins.klass] += w
                 counts["instructions"] += w

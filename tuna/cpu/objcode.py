@@ -74,12 +74,8 @@ def estimate_objects(objects: list[bytes], machine: Machine) -> Estimate:
     return Estimate(cycles / (machine.frequency_ghz * 1e9), "objcode", MappingProxyType(dict(feats)))
 
 
-def estimate_artifact(path: str, machine: Machine) -> Estimate:
-    """Estimate from a MetaSchedule artifact (a tar of object files)."""
-    if machine.kind != "cpu":
-        raise AnalysisError(
-            "artifact has no TIR beside it and is not CPU object code: build with tuna.StaticBuilder()"
-        )
+def artifact_objects(path: str) -> list[bytes]:
+    """The ELF objects in a MetaSchedule artifact (a tar of object files)."""
     try:
         with tarfile.open(path) as tar:
             objects = [
@@ -89,4 +85,13 @@ def estimate_artifact(path: str, machine: Machine) -> Estimate:
         raise AnalysisError(f"cannot read artifact {path}: {err}") from None
     if not objects:
         raise AnalysisError(f"artifact {path} holds no object file")
-    return estimate_objects(objects, machine)
+    return objects
+
+
+def estimate_artifact(path: str, machine: Machine) -> Estimate:
+    """Estimate from a MetaSchedule artifact (a tar of object files)."""
+    if machine.kind != "cpu":
+        raise AnalysisError(
+            "artifact has no TIR beside it and is not CPU object code: build with tuna.StaticBuilder()"
+        )
+    return estimate_objects(artifact_objects(path), machine)

@@ -1,0 +1,79 @@
+"""Joint TIR / machine-code analysis on checked-in objects (x86-64 AVX-512 and AArch64 NEON).
+
+The fixtures in tests/fixtures/objects are pool schedules compiled by TVM 0.27
+(``make_fixtures.py`` regenerates them); the tests need no compiler.
+"""
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from tuna import integration, machine
+from tuna.cpu import disasm, full_tier, joint
+from tuna.ir import Instruction
+
+FIXTURES = Path(__file__).parent / "fixtures" / "objects"
+
+
+def _kernel(name: str):
+    preset = machine.preset(name.split("-", 3)[3])
+    mod = integration.tvm.script.from_source((FIXTURES / f"{name}.tvmscript").read_text())
+    obj = (FIXTURES / f"{name}.o").read_bytes()
+    code = tuple(disasm.disassemble(*fn) for fn in disasm.read_functions(obj))
+    return dataclasses.replace(integration.kernel_from_module(mod), code=code), preset
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in FIXTURES.glob("*.o")))
+def test_fma_lanes_executed_equal_the_multiply_adds_of_the_tir(name):
+    kernel, preset = _kernel(name)
+    counts = joint.dynamic_counts(joint.map_kernel(kernel, preset), preset.isa)
+    assert counts["lanes_fma"] == joint.tir_multiply_adds(kernel) > 0
+
+
+def test_trip_counts_are_read_from_the_code_and_matched_to_tir_loops():
+    kernel, preset = _kernel("gmm-1-c0-zen4")
+    (fm,) = joint.map_kernel(kernel, preset)
+    # i_1 counts 0..64 with inc/cmp; LLVM duplicated k_0 (256 trips, counting up to zero
+    # from -2048 in steps of 8) when it unrolled j_1.
+    assert [(m.tir_var, m.trips, m.source) for m in fm.loops] == [
+        ("i_1", 64, "code"), ("k_0", 256, "code"), ("k_0", 256, "code")
+    ]
+    inner = [b for b in fm.code.blocks if b.start in fm.innermost]
+    assert all(fm.weights[b.start] == 64 * 256 for b in inner)
+    assert sum(i.klass == "fma" for b in inner for i in b.instructions) == 32  # 2 x (8 rows x 2 k)
+
+
+def test_parallel_bodies_are_found_without_symbols_and_run_one_share_per_thread():
+    kernel, preset = _kernel("c2d-1-c5-graviton2")  # a 224-iteration parallel loop on 64 cores
+    maps = joint.map_kernel(kernel, preset)
+    outlined = [fm for fm in maps if fm.code.function.startswith(disasm.ANONYMOUS)]
+    assert len(outlined) == 1 and outlined[0].threads == 64
+    chunk = outlined[0].loops[0]
+    assert chunk.tir_var.endswith("_fused") and chunk.trips == 4  # ceil(224 / 64)
+    assert outlined[0].instances == pytest.approx(224 / 4)
+
+
+def test_full_tier_estimates_fixture_kernels_and_explains_its_terms():
+    for name in ("gmm-1-c0-zen4", "gmm-1-c22-graviton2"):
+        kernel, preset = _kernel(name)
+        est = full_tier.estimate(kernel, preset)
+        assert est.tier == "full" and est.seconds > 0
+        assert est.features["fma_lanes_vs_tir"] == 1.0
+        assert est.features["compute_cycles"] >= est.features["dyn_fma"] / max(preset.cores, 1) / 2
+
+
+def test_signed_immediates_and_lanes_of_simd_instructions():
+    assert disasm._imm("0xfffffffffffff800") == -2048
+    assert disasm._imm("#0x10") == 16
+    fma = Instruction(0, "vfmadd231ps", "zmm0, zmm8, dword ptr [r12 + rdi - 4]{1to16}", klass="fma")
+    assert disasm.lanes("x86-64", fma) == 16
+    assert disasm.lanes("x86-64", Instruction(0, "vfmadd231ss", "xmm0, xmm1, xmm2", klass="fma")) == 1
+    assert disasm.lanes("aarch64", Instruction(0, "fmla", "v0.4s, v1.4s, v2.s[0]", klass="fma")) == 4
+    assert disasm.lanes("aarch64", Instruction(0, "fmadd", "s0, s1, s2, s3", klass="fma")) == 1
+
+
+def test_full_tier_needs_machine_code():
+    kernel, preset = _kernel("gmm-1-c0-zen4")
+    with pytest.raises(integration.AnalysisError, match="machine code"):
+        full_tier.estimate(dataclasses.replace(kernel, code=()), preset)

@@ -1,0 +1,90 @@
+"""The CPU full tier: TIR and generated machine code analysed together.
+
+Every basic block of the kernel's functions is timed by the out-of-order (or in-order)
+simulator and weighted by how often it runs, from the joint loop mapping; the parallel
+bodies run on their share of the cores. Cache fills come from the integer-set data
+movement model on the TIR loop tree. The linear model of :mod:`tuna.linear` turns the
+resulting cycle terms into seconds.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from types import MappingProxyType
+
+from .. import linear
+from ..errors import AnalysisError
+from ..estimate import Estimate
+from ..ir import KernelIR, Loop, LoopKind
+from ..machine import Machine
+from . import joint, ooo
+from .cache import data_movement
+
+
+def _parallel_threads(node, machine: Machine) -> int:
+    """Threads a top-level nest runs on: the cores its outermost parallel loop can fill."""
+    while isinstance(node, Loop):
+        if node.kind == LoopKind.PARALLEL:
+            return min(node.extent, machine.cores)
+        if len(node.body) != 1:
+            return 1
+        node = node.body[0]
+    return 1
+
+
+def fill_terms(kernel: KernelIR, machine: Machine, feats: Counter) -> None:
+    """Per-thread cache-fill and DRAM cycle terms of every top-level nest."""
+    clock = machine.frequency_ghz * 1e9
+    for node in kernel.body:
+        threads = _parallel_threads(node, machine)
+        last = 0.0
+        for level in machine.caches:
+            _, moved = data_movement(node, level.size_bytes, level.line_bytes)
+            volume = sum(moved.values())
+            feats[f"L{level.level}_fill_bytes"] += volume
+            per_thread = volume if level.shared else volume / threads
+            feats[f"l{level.level}_fill_cycles"] += per_thread / level.bytes_per_cycle
+            last = volume
+        feats["dram_cycles"] += last / (machine.memory_gbps * 1e9) * clock
+
+
+def estimate(kernel: KernelIR, machine: Machine) -> Estimate:
+    """Predict the run time of a kernel whose machine code is attached (``kernel.code``)."""
+    if not kernel.code:
+        raise AnalysisError("the full tier needs the kernel's machine code; compile the candidate first")
+    maps = joint.map_kernel(kernel, machine)
+    feats: Counter = Counter()
+    isa = kernel.code[0].isa
+    for fm in maps:
+        per_thread = 0.0
+        for blk in fm.code.blocks:
+            weight = fm.weights[blk.start]
+            # A one-block innermost loop runs back to back: its steady-state cycles apply.
+            looped = blk.start in fm.innermost and blk.start in blk.successors
+            if weight > 1:
+                timing = ooo.simulate(blk.instructions, machine, loop=looped)
+                per_thread += weight * timing.cycles
+                feats["port_bound_cycles"] += weight * timing.port_bound
+                feats["chain_bound_cycles"] += weight * timing.chain_bound
+            else:  # straight-line code run once per call: the issue bound is enough
+                per_thread += len(blk.instructions) / machine.issue_width
+            # Calls leave the block for library code (expf, ...) the simulator cannot see.
+            feats["calls"] += weight * sum(ins.klass == "call" for ins in blk.instructions)
+        feats["compute_cycles"] += per_thread
+        if fm.threads > 1:
+            feats["launches"] += 1
+            feats["threads_used"] = max(feats["threads_used"], fm.threads)
+        for m in fm.loops:
+            feats[f"loops_from_{m.source}"] += 1
+    counts = joint.dynamic_counts(maps, isa)
+    for klass in ("fma", "add", "mul", "load", "store", "instructions", "lanes_fma"):
+        feats[f"dyn_{klass}"] = counts[klass]
+    tir_fma = joint.tir_multiply_adds(kernel)
+    if tir_fma:
+        feats["fma_lanes_vs_tir"] = counts["lanes_fma"] / tir_fma
+    fill_terms(kernel, machine, feats)
+    feats["const"] = 1.0
+    coeffs = linear.coefficients(machine, "full")
+    seconds = linear.seconds(feats, coeffs, machine)
+    feats["cycles"] = seconds * machine.frequency_ghz * 1e9
+    return Estimate(seconds=seconds, tier="full", features=MappingProxyType(dict(feats)))
