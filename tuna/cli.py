@@ -135,7 +135,8 @@ def _pool_features(pools, mach, tiers: list[str]) -> tuple[dict, dict]:
             start = time.perf_counter()
 
             def progress(done: int, total: int, pool=pool, tier=tier, start=start) -> None:
-                if done % 16 == 0 or done == total:
+                # A live counter on a terminal; one line per pool in a log.
+                if done == total or (done % 16 == 0 and sys.stderr.isatty()):
                     rate = done / max(time.perf_counter() - start, 1e-9)
                     print(f"\r   {tier:<4} {pool.name:<8} {done:>4}/{total} candidates ({rate:.1f}/s)",
                           end="" if done < total else "\n", file=sys.stderr, flush=True)

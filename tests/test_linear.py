@@ -1,0 +1,49 @@
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tuna import cli, linear, machine
+from tuna.errors import TunaError
+
+
+def test_fit_recovers_known_non_negative_coefficients():
+    rng = np.random.default_rng(0)
+    truth = {"compute_cycles": 1.5, "l1_fill_cycles": 0.5, "launches": 2e4, "const": 300.0}
+    rows = [
+        {"compute_cycles": c, "l1_fill_cycles": f, "launches": n, "const": 1.0}
+        for c, f, n in zip(rng.uniform(1e4, 1e6, 40), rng.uniform(0, 1e5, 40), rng.integers(0, 3, 40))
+    ]
+    lat = [sum(truth.get(t, 0) * r.get(t, 0) for t in linear.TERMS) for r in rows]
+    fitted = linear.fit(rows, lat)
+    for term in linear.TERMS:
+        assert fitted[term] == pytest.approx(truth.get(term, 0.0), rel=1e-3, abs=1e-6)
+
+
+def test_coefficient_files_round_trip_and_reject_unknown_terms():
+    zen4 = machine.preset("zen4")
+    text = linear.to_toml({"ir": {"compute_cycles": 2.0, "calls": 9.0}}, zen4, ["GMM-1"], "test.")
+    coeffs = linear.parse(text, zen4, "ir", "test")
+    assert coeffs.values["compute_cycles"] == 2.0 and coeffs.fitted_on == ("GMM-1",)
+    assert coeffs.cycles({"compute_cycles": 10, "calls": 1}) == 29.0
+    assert linear.parse(text, zen4, "full", "test") == linear.default_coefficients(zen4, "full")
+    with pytest.raises(TunaError, match="unknown terms"):
+        linear.parse("[ir]\nbogus = 1\n", zen4, "ir", "test")
+
+
+def test_shipped_zen4_coefficients_name_the_pools_they_were_fitted_on():
+    zen4 = machine.preset("zen4")
+    for tier in linear.TIERS:
+        coeffs = linear.coefficients(zen4, tier)
+        assert coeffs.source.endswith("zen4.toml") and len(coeffs.fitted_on) >= 6
+    assert linear.coefficients(machine.preset("graviton2"), "full").source == "default"
+
+
+def test_calibrate_command_writes_a_coefficient_file(tmp_path, capsys):
+    out = tmp_path / "zen4.toml"
+    pool = str(Path(linear.__file__).parent / "data" / "pools" / "NRM-0.json")
+    assert cli.main(["calibrate", pool, "--tiers", "ir", "-o", str(out)]) == 0
+    coeffs = linear.parse(out.read_text(), machine.preset("zen4"), "ir", str(out))
+    assert coeffs.fitted_on == ("NRM-0",) and coeffs.values["compute_cycles"] >= 0
+    assert cli.main(["calibrate", pool, "--tiers", "fast", "-o", str(out)]) == 2
+    assert "unknown tier" in capsys.readouterr().err
