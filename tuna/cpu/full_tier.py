@@ -15,37 +15,15 @@ from types import MappingProxyType
 from .. import linear
 from ..errors import AnalysisError
 from ..estimate import Estimate
-from ..ir import KernelIR, Loop, LoopKind
+from ..ir import KernelIR
 from ..machine import Machine
 from . import joint, ooo
-from .cache import data_movement
+from .ir_tier import fill_terms, parallel_width
 
 
-def _parallel_threads(node, machine: Machine) -> int:
-    """Threads a top-level nest runs on: the cores its outermost parallel loop can fill."""
-    while isinstance(node, Loop):
-        if node.kind == LoopKind.PARALLEL:
-            return min(node.extent, machine.cores)
-        if len(node.body) != 1:
-            return 1
-        node = node.body[0]
-    return 1
-
-
-def fill_terms(kernel: KernelIR, machine: Machine, feats: Counter) -> None:
-    """Per-thread cache-fill and DRAM cycle terms of every top-level nest."""
-    clock = machine.frequency_ghz * 1e9
+def _fills(kernel: KernelIR, machine: Machine, feats: Counter) -> None:
     for node in kernel.body:
-        threads = _parallel_threads(node, machine)
-        last = 0.0
-        for level in machine.caches:
-            _, moved = data_movement(node, level.size_bytes, level.line_bytes)
-            volume = sum(moved.values())
-            feats[f"L{level.level}_fill_bytes"] += volume
-            per_thread = volume if level.shared else volume / threads
-            feats[f"l{level.level}_fill_cycles"] += per_thread / level.bytes_per_cycle
-            last = volume
-        feats["dram_cycles"] += last / (machine.memory_gbps * 1e9) * clock
+        fill_terms(node, machine, min(parallel_width(node), machine.cores), feats)
 
 
 def estimate(kernel: KernelIR, machine: Machine) -> Estimate:
@@ -82,7 +60,7 @@ def estimate(kernel: KernelIR, machine: Machine) -> Estimate:
     tir_fma = joint.tir_multiply_adds(kernel)
     if tir_fma:
         feats["fma_lanes_vs_tir"] = counts["lanes_fma"] / tir_fma
-    fill_terms(kernel, machine, feats)
+    _fills(kernel, machine, feats)
     feats["const"] = 1.0
     coeffs = linear.coefficients(machine, "full")
     seconds = linear.seconds(feats, coeffs, machine)

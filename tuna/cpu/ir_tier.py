@@ -1,13 +1,14 @@
-"""The CPU IR tier: a static estimate from the loop tree alone, in about a millisecond.
+"""The CPU IR tier: a static estimate from the loop tree alone, in a few milliseconds.
 
 Per statement it counts SIMD arithmetic, loads and stores the way LLVM will emit them for
 TVM's loops: vectorized loops become vector instructions of the target's width; the
 innermost unrolled and vectorized loops form a register tile in which each distinct
 vector is loaded once; loads invariant in the loops just outside the tile are hoisted
 while the tile fits in the vector registers. Reductions are bounded by the FMA latency
-over the tile's independent accumulators. Each top-level loop nest is then bounded by
-the busiest resource (FP pipes, load/store ports, front end, cache fills, DRAM) and
-divided over the cores its outermost parallel loop can occupy.
+over the tile's independent accumulators. Each top-level loop nest's core cycles are those
+of its busiest resource (FP pipes, load/store ports, front end, FMA chains), divided over
+the cores its outermost parallel loop can occupy; cache fills (integer-set data movement)
+and DRAM traffic are separate terms of the linear model in :mod:`tuna.linear`.
 """
 
 from __future__ import annotations
@@ -125,7 +126,25 @@ def statement_counts(stmt: Statement, loops: tuple[Loop, ...], machine: Machine)
     return counts
 
 
-def _parallel_width(node: Loop | Statement) -> int:
+def fill_terms(node: Loop | Statement, machine: Machine, threads: int, feats: Counter) -> None:
+    """Add one top-level nest's cache-fill and DRAM terms (per thread) to ``feats``.
+
+    Private cache levels are filled by each of the ``threads`` running the nest for its
+    share; the shared level and memory serve them all. Data that misses the last level
+    comes from DRAM, so the last level's fill volume is the DRAM traffic.
+    """
+    volume = 0.0
+    for level in machine.caches:
+        _, moved = data_movement(node, level.size_bytes, level.line_bytes)
+        volume = sum(moved.values())
+        feats[f"L{level.level}_fill_bytes"] += volume
+        per_thread = volume if level.shared else volume / threads
+        feats[f"l{level.level}_fill_cycles"] += per_thread / level.bytes_per_cycle
+    feats["dram_bytes"] += volume
+    feats["dram_cycles"] += volume / (machine.memory_gbps * 1e9) * machine.frequency_ghz * 1e9
+
+
+def parallel_width(node: Loop | Statement) -> int:
     """Iterations of the outermost parallel loop on the nest's spine (1 if none)."""
     while isinstance(node, Loop):
         if node.kind == LoopKind.PARALLEL:
@@ -154,19 +173,10 @@ def _nest_terms(node: Loop | Statement, machine: Machine, feats: Counter) -> Non
         + LOOP_OVERHEAD_INSTRUCTIONS * counts["loop_iterations"]
     )
     frontend = instructions / machine.issue_width
-    width = _parallel_width(node)
+    width = parallel_width(node)
     active = min(width, machine.cores)
     imbalance = math.ceil(width / active) * active / width
-    fills = 0.0
-    for level in machine.caches:
-        _, moved = data_movement(node, level.size_bytes, level.line_bytes)
-        volume = sum(moved.values())
-        feats[f"L{level.level}_fill_bytes"] += volume
-        per_thread = volume if level.shared else volume / active
-        feats[f"l{level.level}_fill_cycles"] += per_thread / level.bytes_per_cycle
-        fills = max(fills, volume / level.bytes_per_cycle)
-    # Data that misses the last level comes from DRAM: that is the last level's fill volume.
-    dram_bytes = sum(moved.values()) if machine.caches else 0.0
+    fill_terms(node, machine, active, feats)
     core = max(fp, loads, stores, frontend, counts["chain"])
     if machine.in_order:
         core = fp + loads + stores + counts["chain"] / 2
@@ -176,9 +186,6 @@ def _nest_terms(node: Loop | Statement, machine: Machine, feats: Counter) -> Non
     feats["load_cycles"] += loads
     feats["store_cycles"] += stores
     feats["frontend_cycles"] += frontend
-    feats["fill_cycles"] += fills
-    feats["dram_bytes"] += dram_bytes
-    feats["dram_cycles"] += dram_bytes / (machine.memory_gbps * 1e9) * machine.frequency_ghz * 1e9
     feats["compute_cycles"] += core / active * imbalance
     feats["launches"] += width > 1
     feats["threads_used"] = max(feats["threads_used"], active)
