@@ -160,10 +160,12 @@ def _fit_rows(feats: dict, pools, mach, leave_out: str | None = None):
 
 
 def _tiers(text: str) -> list[str]:
+    from .linear import TIERS
+
     tiers = [t.strip() for t in text.split(",") if t.strip()]
-    bad = [t for t in tiers if t not in ("ir", "full")]
+    bad = [t for t in tiers if t not in TIERS]
     if bad or not tiers:
-        raise TunaError(f"unknown tier(s) {bad or text!r}; choose from ir, full")
+        raise TunaError(f"unknown tier(s) {bad or text!r}; choose from {', '.join(TIERS)}")
     return tiers
 
 
@@ -187,12 +189,13 @@ def _bench_rank(args: argparse.Namespace) -> int:
         scorers[f"tuna-{tier}"] = bench.feature_scorer(
             feats[tier], secs[tier], lambda name, f, c=shipped: linear.seconds(f, c, mach)
         )
-        held_out = {}
-        for pool in pools:
-            if len(pools) > 1:
-                values = linear.fit(*_fit_rows(feats[tier], pools, mach, leave_out=pool.name))
-                held_out[pool.name] = linear.Coefficients(mach.name, tier, MappingProxyType(values))
-        if held_out:
+        if len(pools) > 1:
+            held_out = {
+                pool.name: linear.Coefficients(
+                    mach.name, tier, MappingProxyType(linear.fit(*_fit_rows(feats[tier], pools, mach, pool.name)))
+                )
+                for pool in pools
+            }
             scorers[f"tuna-{tier}-unseen"] = bench.feature_scorer(
                 feats[tier], secs[tier], lambda name, f, h=held_out: linear.seconds(f, h[name], mach)
             )

@@ -338,6 +338,25 @@ def workload_names() -> dict[str, int]:
     return {name: len(params) for name, (_, params) in te_workload.CONFIGS.items()}
 
 
+def parse_tvmscript(text: str, what: str) -> tvm.IRModule:
+    """Parse TVMScript holding a TIR PrimFunc into an IRModule.
+
+    Raises
+    ------
+    WorkloadError
+        Naming ``what`` when the text does not parse or holds no PrimFunc.
+    """
+    try:
+        parsed = tvm.script.from_source(text)
+    except Exception as err:  # TVMScript's parser raises many kinds
+        raise WorkloadError(f"{what} does not parse as TVMScript: {err}") from None
+    if isinstance(parsed, tirx.PrimFunc):
+        parsed = tvm.IRModule({"main": parsed})
+    if not isinstance(parsed, tvm.IRModule) or not any(isinstance(f, tirx.PrimFunc) for f in parsed.functions.values()):
+        raise WorkloadError(f"{what} holds no TIR PrimFunc")
+    return parsed
+
+
 def load_workload(spec: str | os.PathLike) -> tvm.IRModule:
     """An IRModule from a built-in workload (``"GMM:1"``) or a TVMScript file.
 
@@ -351,17 +370,7 @@ def load_workload(spec: str | os.PathLike) -> tvm.IRModule:
     if path.suffix in (".py", ".tvmscript", ".tir") or path.exists():
         if not path.exists():
             raise WorkloadError(f"workload file {text} does not exist")
-        try:
-            parsed = tvm.script.from_source(path.read_text())
-        except Exception as err:  # TVMScript's parser raises many kinds
-            raise WorkloadError(f"workload file {text} does not parse as TVMScript: {err}") from None
-        if isinstance(parsed, tirx.PrimFunc):
-            parsed = tvm.IRModule({"main": parsed})
-        if not isinstance(parsed, tvm.IRModule) or not any(
-            isinstance(f, tirx.PrimFunc) for f in parsed.functions.values()
-        ):
-            raise WorkloadError(f"workload file {text} holds no TIR PrimFunc")
-        return parsed
+        return parse_tvmscript(path.read_text(), f"workload file {text}")
     name, _, index = text.replace("-", ":").partition(":")
     configs = workload_names()
     if name.upper() not in configs:
@@ -436,10 +445,7 @@ def kernel_with_code(mod: tvm.IRModule, machine: Machine) -> ir.KernelIR:
     kernel = kernel_from_module(mod)
     if machine.kind != "cpu":
         raise AnalysisError(f"the full tier analyses CPU code; {machine.name} is a {machine.kind}")
-    code = tuple(
-        disasm.disassemble(*fn) for obj in compile_objects(mod, machine) for fn in disasm.read_functions(obj)
-    )
-    return dataclasses.replace(kernel, code=code)
+    return dataclasses.replace(kernel, code=disasm.kernel_code(compile_objects(mod, machine)))
 
 
 # ---------------------------------------------------------------------------------------
@@ -579,17 +585,13 @@ class StaticRunner(PyRunner):
         sidecar = Path(artifact_path).parent / SIDECAR
         if not sidecar.exists():
             return objcode.estimate_artifact(artifact_path, self.machine).seconds
-        mod = tvm.script.from_source(sidecar.read_text())
-        if isinstance(mod, tirx.PrimFunc):
-            mod = tvm.IRModule({"main": mod})
+        mod = parse_tvmscript(sidecar.read_text(), f"the scheduled TIR {sidecar}")
         if self.machine.kind != "cpu":
             return estimate_module(mod, self.machine).seconds
         from .cpu import disasm, full_tier
 
-        kernel = kernel_from_module(mod)
-        objects = objcode.artifact_objects(artifact_path)
-        code = tuple(disasm.disassemble(*fn) for obj in objects for fn in disasm.read_functions(obj))
-        return full_tier.estimate(dataclasses.replace(kernel, code=code), self.machine).seconds
+        code = disasm.kernel_code(objcode.artifact_objects(artifact_path))
+        return full_tier.estimate(dataclasses.replace(kernel_from_module(mod), code=code), self.machine).seconds
 
     def run(self, runner_inputs) -> list[RunnerFuture]:
         futures = []
@@ -754,15 +756,19 @@ class _Progress(ms.measure_callback.PyMeasureCallback):
         )
 
 
-def estimate_trace(mod: tvm.IRModule, trace_json: Any, machine: Machine, tier: str = "ir") -> Estimate:
-    """Apply a MetaSchedule trace (JSON) to ``mod`` and analyse the result with ``tier``."""
+def apply_trace(mod: tvm.IRModule, trace_json: Any) -> s_tir.Schedule:
+    """The schedule a MetaSchedule trace (JSON) makes of ``mod``; AnalysisError if it does not apply."""
     try:
         sch = s_tir.Schedule(mod)
         s_tir.Trace.apply_json_to_schedule(trace_json, sch)
     except Exception as err:
         raise AnalysisError(f"the trace does not apply to the workload: {err}") from err
-    return estimate_module(sch.mod, machine, tier)
+    return sch
 
+
+def estimate_trace(mod: tvm.IRModule, trace_json: Any, machine: Machine, tier: str = "ir") -> Estimate:
+    """Apply a MetaSchedule trace (JSON) to ``mod`` and analyse the result with ``tier``."""
+    return estimate_module(apply_trace(mod, trace_json).mod, machine, tier)
 
 
 # ---------------------------------------------------------------------------------------
@@ -784,14 +790,7 @@ def pool_module(pool: Any) -> tvm.IRModule:
     """
     mod = _POOL_MODULES.get(pool.mod)
     if mod is None:
-        try:
-            mod = tvm.script.from_source(pool.mod)
-        except Exception as err:  # TVMScript's parser raises many kinds
-            raise WorkloadError(f"pool {pool.source}: mod does not parse as TVMScript: {err}") from None
-        if isinstance(mod, tirx.PrimFunc):
-            mod = tvm.IRModule({"main": mod})
-        if not isinstance(mod, tvm.IRModule) or not any(isinstance(f, tirx.PrimFunc) for f in mod.functions.values()):
-            raise WorkloadError(f"pool {pool.source}: mod holds no TIR PrimFunc")
+        mod = parse_tvmscript(pool.mod, f"pool {pool.source}: mod")
         if len(_POOL_MODULES) >= 16:
             _POOL_MODULES.pop(next(iter(_POOL_MODULES)))
         _POOL_MODULES[pool.mod] = mod
@@ -801,8 +800,7 @@ def pool_module(pool: Any) -> tvm.IRModule:
 def _pool_candidate(mod: tvm.IRModule, trace_json: Any) -> ms.MeasureCandidate | None:
     """The MeasureCandidate of one pool trace, or None when the trace does not apply."""
     try:
-        sch = s_tir.Schedule(mod)
-        s_tir.Trace.apply_json_to_schedule(trace_json, sch)
+        sch = apply_trace(mod, trace_json)
         return ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True))
     except Exception as err:  # a trace that does not apply is the pool's problem: skip it
         logger.debug("tuna bench: a trace does not apply: %s", err)

@@ -14,7 +14,6 @@ parallel region costs :data:`PARALLEL_LAUNCH_SECONDS` and a library call the tar
 
 from __future__ import annotations
 
-import math
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -82,8 +81,7 @@ def _shipped(name: str) -> Mapping[str, dict]:
 
 def parse(text: str, machine: Machine, tier: str, source: str) -> Coefficients:
     """Coefficients of ``tier`` from the text of a coefficient file (defaults if absent)."""
-    data = tomllib.loads(text) if isinstance(text, str) else text
-    return _from_table(data, machine, tier, source)
+    return _from_table(tomllib.loads(text), machine, tier, source)
 
 
 def _from_table(data: Mapping, machine: Machine, tier: str, source: str) -> Coefficients:
@@ -157,8 +155,3 @@ def to_toml(tables: Mapping[str, Mapping[str, float]], machine: Machine, fitted_
         lines += ["", f"[{tier}]", f"fitted_on = {pools!r}".replace("'", '"')]
         lines += [f"{t} = {values.get(t, 0.0):.6g}" for t in TERMS]
     return "\n".join(lines) + "\n"
-
-
-def finite(value: float) -> float:
-    """``value`` when finite, else 0 (features of failed analyses)."""
-    return value if math.isfinite(value) else 0.0

@@ -55,6 +55,8 @@ class LoopInfo:
 #: Prefix of the names given to code that no symbol covers. LLVM emits TVM's outlined
 #: parallel-loop bodies as internal functions without a symbol table entry.
 ANONYMOUS = "anon@"
+#: Runtime helpers TVM links into every object: not part of the kernel.
+RUNTIME_HELPERS = ("__tvm_ffi_", "__tvm_set_raised", "__truncsfhf2", "__extendhfsf2", "__gnu_")
 #: Gaps shorter than this are alignment padding, not code.
 _MIN_ANONYMOUS_BYTES = 16
 _SHF_EXECINSTR = 0x4
@@ -97,6 +99,13 @@ def read_functions(obj: bytes) -> list[tuple[str, str, int, bytes]]:
 
 #: Mnemonics with a memory operand that touch no memory (address arithmetic, padding).
 _NO_MEMORY = ("lea", "nop", "prefetch", "adr")
+
+
+def kernel_code(objects: list[bytes]) -> tuple[MachineCode, ...]:
+    """The disassembled kernel functions of ELF ``objects`` (runtime helpers left out)."""
+    return tuple(
+        disassemble(*fn) for obj in objects for fn in read_functions(obj) if not fn[1].startswith(RUNTIME_HELPERS)
+    )
 
 
 def _classify(isa: str, ins) -> str:

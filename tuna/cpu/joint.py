@@ -29,8 +29,6 @@ from . import disasm
 UNKNOWN_TRIPS = 4
 #: Factors by which LLVM partially unrolls counted loops.
 _UNROLL_FACTORS = (2, 4, 8, 16)
-#: Names of runtime helpers linked into every TVM object, not part of the kernel.
-_HELPERS = ("__tvm_ffi_", "__tvm_set_raised", "__truncsfhf2", "__extendhfsf2", "__gnu_")
 
 
 @dataclass(frozen=True)
@@ -90,7 +88,7 @@ class FunctionMap:
 
 def kernel_functions(code: tuple[MachineCode, ...]) -> tuple[MachineCode, ...]:
     """The functions that belong to the kernel (runtime helpers left out)."""
-    return tuple(f for f in code if not f.function.startswith(_HELPERS))
+    return tuple(f for f in code if not f.function.startswith(disasm.RUNTIME_HELPERS))
 
 
 def tvm_unrolled(kernel: KernelIR) -> set[str]:

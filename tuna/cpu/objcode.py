@@ -21,17 +21,6 @@ from . import disasm
 
 #: Weight of a loop whose trip count cannot be read from the code (an assumption).
 UNKNOWN_TRIPS = 16
-_SKIP = ("__tvm_ffi_", "__tvm_set_raised", "__truncsfhf2", "__extendhfsf2")
-
-
-def kernel_functions(objects: list[bytes]) -> list[MachineCode]:
-    """The disassembled compute functions in a list of ELF objects."""
-    found = []
-    for obj in objects:
-        for isa, name, addr, code in disasm.read_functions(obj):
-            if not name.startswith(_SKIP):
-                found.append(disasm.disassemble(isa, name, addr, code))
-    return found
 
 
 def code_cycles(code: MachineCode, machine: Machine, feats: Counter) -> float:
@@ -60,7 +49,7 @@ def code_cycles(code: MachineCode, machine: Machine, feats: Counter) -> float:
 
 def estimate_objects(objects: list[bytes], machine: Machine) -> Estimate:
     """Estimate the run time of the kernel functions in ELF ``objects``."""
-    funcs = kernel_functions(objects)
+    funcs = disasm.kernel_code(objects)
     if not funcs:
         raise AnalysisError("no kernel function found in the object code")
     feats: Counter = Counter()
