@@ -5,12 +5,13 @@ The fixtures in tests/fixtures/objects are pool schedules compiled by TVM 0.27
 """
 
 import dataclasses
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from tuna import integration, machine
-from tuna.cpu import disasm, full_tier, joint
+from tuna.cpu import disasm, full_tier, joint, objcode
 from tuna.ir import Instruction
 
 FIXTURES = Path(__file__).parent / "fixtures" / "objects"
@@ -77,3 +78,14 @@ def test_full_tier_needs_machine_code():
     kernel, preset = _kernel("gmm-1-c0-zen4")
     with pytest.raises(integration.AnalysisError, match="machine code"):
         full_tier.estimate(dataclasses.replace(kernel, code=()), preset)
+
+
+def test_object_code_estimate_divides_outlined_parallel_bodies_over_the_cores():
+    obj = (FIXTURES / "c2d-1-c5-graviton2.o").read_bytes()
+    preset = machine.preset("graviton2")
+    funcs = disasm.kernel_code([obj])
+    serial = sum(objcode.code_cycles(f, preset, Counter()) for f in funcs if not f.function.startswith("anon@"))
+    outlined = sum(objcode.code_cycles(f, preset, Counter()) for f in funcs if f.function.startswith("anon@"))
+    assert outlined > serial > 0
+    est = objcode.estimate_objects([obj], preset)
+    assert est.features["cycles"] == pytest.approx(serial + outlined / preset.cores)
