@@ -47,3 +47,9 @@ def test_calibrate_command_writes_a_coefficient_file(tmp_path, capsys):
     assert coeffs.fitted_on == ("NRM-0",) and coeffs.values["compute_cycles"] >= 0
     assert cli.main(["calibrate", pool, "--tiers", "fast", "-o", str(out)]) == 2
     assert "unknown tier" in capsys.readouterr().err
+
+
+def test_bench_rank_refuses_a_tier_that_analyses_no_candidate(capsys):
+    pool = str(Path(linear.__file__).parent / "data" / "pools" / "NRM-0.json")
+    assert cli.main(["bench", "rank", pool, "--target", "v100", "--tiers", "full", "--no-xgb"]) == 2
+    assert "no candidate could be analysed with the full tier for v100" in capsys.readouterr().err

@@ -898,20 +898,30 @@ def pool_features(
         Per candidate, the estimate's features, or None when it cannot be analysed.
     seconds_per_candidate : float
         Applying the trace and analysing (compiling too, for the full tier), per candidate.
+
+    Raises
+    ------
+    AnalysisError
+        When not one candidate can be analysed (e.g. a CPU pool with a GPU preset).
     """
     mod = pool_module(pool)
     out: list[dict[str, float] | None] = []
     failed = 0
+    first_error = None
     start = time.perf_counter()
     for i, trace in enumerate(pool.traces):
         try:
             out.append(dict(estimate_trace(mod, trace, machine, tier).features))
         except TunaError as err:
             failed += 1
+            first_error = first_error or err
             out.append(None)
             logger.debug("tuna bench: %s candidate %d: %s", pool.name, i, err)
         if progress is not None:
             progress(i + 1, len(pool.traces))
+    if out and failed == len(out):
+        raise AnalysisError(f"{pool.name}: no candidate could be analysed with the {tier} tier "
+                            f"for {machine.name}; the first error: {first_error}")
     if failed:
         logger.warning("tuna: %s: %d of %d candidates not analysable (%s tier)", pool.name, failed, len(out), tier)
     return out, (time.perf_counter() - start) / max(len(out), 1)
