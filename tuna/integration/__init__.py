@@ -33,10 +33,10 @@ from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture, RunnerFuture, RunnerResult
 from tvm.s_tir.meta_schedule.testing import te_workload
 
-from . import ir
-from .errors import AnalysisError, TunaError, WorkloadError
-from .estimate import WORST_SCORE, Estimate, analyze
-from .machine import Machine, resolve
+from .. import ir
+from ..errors import AnalysisError, TunaError, WorkloadError
+from ..estimate import WORST_SCORE, Estimate, analyze
+from ..machine import Machine, resolve
 
 logger = logging.getLogger("tuna")
 
@@ -412,7 +412,7 @@ def estimate_module(mod: tvm.IRModule, machine: Machine, tier: str = "ir") -> Es
     """
     try:
         if tier == "full":
-            from .cpu import full_tier
+            from ..cpu import full_tier
 
             return full_tier.estimate(kernel_with_code(mod, machine), machine)
         if tier != "ir":
@@ -440,7 +440,7 @@ def compile_objects(mod: tvm.IRModule, machine: Machine) -> list[bytes]:
 
 def kernel_with_code(mod: tvm.IRModule, machine: Machine) -> ir.KernelIR:
     """The kernel IR of ``mod`` with its generated machine code attached (full tier input)."""
-    from .cpu import disasm  # Capstone is only needed by the full tier
+    from ..cpu import disasm  # Capstone is only needed by the full tier
 
     kernel = kernel_from_module(mod)
     if machine.kind != "cpu":
@@ -580,7 +580,7 @@ class StaticRunner(PyRunner):
         CPU candidates get the full tier: the TIR beside the artifact analysed jointly
         with the object code inside it (no second compilation).
         """
-        from .cpu import objcode
+        from ..cpu import objcode
 
         sidecar = Path(artifact_path).parent / SIDECAR
         if not sidecar.exists():
@@ -588,7 +588,7 @@ class StaticRunner(PyRunner):
         mod = parse_tvmscript(sidecar.read_text(), f"the scheduled TIR {sidecar}")
         if self.machine.kind != "cpu":
             return estimate_module(mod, self.machine).seconds
-        from .cpu import disasm, full_tier
+        from ..cpu import disasm, full_tier
 
         code = disasm.kernel_code(objcode.artifact_objects(artifact_path))
         return full_tier.estimate(dataclasses.replace(kernel_from_module(mod), code=code), self.machine).seconds
