@@ -9,12 +9,14 @@ trip counts from each loop's induction compare and step where they are immediate
 from __future__ import annotations
 
 import io
+import itertools
 import re
 from dataclasses import dataclass
 
 import capstone
 import networkx as nx
 from elftools.elf.elffile import ELFFile
+from elftools.elf.relocation import RelocationSection
 
 from ..errors import UnsupportedISAError
 from ..ir import BasicBlock, Instruction, MachineCode
@@ -85,16 +87,39 @@ def read_functions(obj: bytes) -> list[tuple[str, str, int, bytes]]:
         start = sym["st_value"]
         funcs.append((isa, sym.name, start, data[start : start + sym["st_size"]]))
         covered.setdefault(sym["st_shndx"], []).append((start, start + sym["st_size"]))
+    unwind = _unwind_starts(elf)
     for index, section in enumerate(elf.iter_sections()):
         if not section["sh_flags"] & _SHF_EXECINSTR or section["sh_type"] != "SHT_PROGBITS":
             continue
         data = section.data()
         pos = 0
         for start, end in [*sorted(covered.get(index, [])), (len(data), len(data))]:
-            if start - pos >= _MIN_ANONYMOUS_BYTES:
-                funcs.append((isa, f"{ANONYMOUS}{section.name}+{pos:#x}", pos, data[pos:start]))
+            # Split a stretch where the unwind table says a function begins.
+            cuts = sorted({pos, start} | {s for s in unwind.get(index, ()) if pos < s < start})
+            for lo, hi in itertools.pairwise(cuts):
+                if hi - lo >= _MIN_ANONYMOUS_BYTES:
+                    funcs.append((isa, f"{ANONYMOUS}{section.name}+{lo:#x}", lo, data[lo:hi]))
             pos = max(pos, end)
     return funcs
+
+
+def _unwind_starts(elf: ELFFile) -> dict[int, set[int]]:
+    """Function start offsets per section index, from the unwind table's relocations.
+
+    Every function LLVM emits has a frame description entry whose start address is a
+    relocation against its section; that includes the outlined bodies without symbols,
+    which sit back to back in one stretch of ``.text``.
+    """
+    starts: dict[int, set[int]] = {}
+    for section in elf.iter_sections():
+        if not isinstance(section, RelocationSection) or not section.name.endswith("eh_frame"):
+            continue
+        symtab = elf.get_section(section["sh_link"])
+        for rel in section.iter_relocations():
+            sym = symtab.get_symbol(rel["r_info_sym"])
+            if isinstance(sym["st_shndx"], int):
+                starts.setdefault(sym["st_shndx"], set()).add(sym["st_value"] + rel["r_addend"])
+    return starts
 
 
 #: Mnemonics with a memory operand that touch no memory (address arithmetic, padding).
@@ -325,8 +350,22 @@ def _trip_count(isa, body, latches, by_start, graph, idom, header) -> int | None
     def start_of(reg: str) -> int | None:
         return _value_before(reg, outside[0], by_start, idom, isa)
 
-    def trips(reg: str, bound: int) -> int | None:
+    def trips(reg: str, bound: int, latch_instrs=(), pos: int = 0) -> int | None:
         step, init = steps.get(reg, 0), start_of(reg)
+        # A register reloaded in the latch (spilled induction variable) steps by what the
+        # latch adds after the reload, whatever else reuses the register in the body.
+        local = 0
+        for ins in reversed(latch_instrs[:pos]):
+            if (st := _step(isa, ins)) is not None and st[0] == reg:
+                local += st[1]
+            elif reg in (_reg64(w) for w in ins.writes):
+                step = local
+                ops = _ops(ins)
+                if ins.mnemonic in ("mov", "ldr", "ldur") and len(ops) == 2 and "[" in ops[1]:
+                    # The slot is set before the loop, or stored from the register at its top.
+                    slot = _slot_value(ops[1][ops[1].index("[") :], outside[0], by_start, idom)
+                    init = init if slot is None else slot
+                break
         if not step or init is None:
             return None
         n = -(-(bound - init) // step)
@@ -341,7 +380,7 @@ def _trip_count(isa, body, latches, by_start, graph, idom, header) -> int | None
                 bound = _imm(ops[1], _width(ops[0]))
                 if bound is None:
                     bound = start_of(_reg64(ops[1]))
-                if bound is not None and (n := trips(reg, -bound if ins.mnemonic == "cmn" else bound)):
+                if bound is not None and (n := trips(reg, -bound if ins.mnemonic == "cmn" else bound, instrs, pos)):
                     return n
                 break
             if ins.mnemonic in ("cbnz", "cbz") and ops:
@@ -351,6 +390,134 @@ def _trip_count(isa, body, latches, by_start, graph, idom, header) -> int | None
                 return trips(st[0], 0)  # the increment sets the flags: runs until zero
             if "rflags" in ins.writes or "nzcv" in ins.writes:
                 break
+    return _flag_trips(isa, header, body, latches, by_start, outside[0], idom)
+
+
+_X86_LOW = {
+    **{f"{r}l": f"r{r}x" for r in "abcd"},
+    **{f"{r}x": f"r{r}x" for r in "abcd"},
+    **{f"{r}l": f"r{r}" for r in ("si", "di", "bp", "sp")},
+    **{r: f"r{r}" for r in ("si", "di", "bp", "sp")},
+}
+_CONTINUE_IF_SET = {"jne": True, "jnz": True, "je": False, "jz": False, "tbnz": True, "tbz": False,
+                    "cbnz": True, "cbz": False}
+#: Iterations the flag-loop interpreter follows before giving up.
+_FLAG_LIMIT = 16
+
+
+def _full(reg: str) -> str:
+    """The architectural register any alias names (dl -> rdx, r8b -> r8, w3 -> x3)."""
+    if reg in _X86_LOW:
+        return _X86_LOW[reg]
+    if reg.startswith("r") and reg[-1] in "bwd" and reg[1:-1].isdigit():
+        return reg[:-1]
+    return _reg64(reg)
+
+
+def _slot_value(slot: str, block: int, by_start, idom) -> int | None:
+    """Constant last stored to the stack slot ``slot`` on the dominator chain ending at ``block``."""
+    seen = set()
+    while block not in seen:
+        seen.add(block)
+        for ins in reversed(by_start[block].instructions):
+            ops = _ops(ins)
+            if ins.klass == "store" and len(ops) == 2 and ops[0].endswith(slot):
+                return _imm(ops[1])
+            if ins.klass == "store" and ins.mnemonic in ("str", "stur") and ops and ops[-1] == slot:
+                return 0 if ops[0] in ("wzr", "xzr") else None
+        if idom.get(block, block) == block:
+            return None
+        block = idom[block]
+    return None
+
+
+def _flag_trips(isa, header, body, latches, by_start, preheader, idom) -> int | None:
+    """Iterations of a loop whose latch tests a flag register rather than a counter.
+
+    LLVM turns a 2-iteration TIR loop into ``mov f, 1`` before the loop and ``test f, 1;
+    mov f, 0; jne header`` in the latch (sometimes through copies). This follows the
+    loop's constant registers iteration by iteration (the paper's register value map)
+    until the latch's condition ends it.
+    """
+    if len(latches) != 1:
+        return None
+    latch = by_start[latches[0]]
+    last = latch.instructions[-1] if latch.instructions else None
+    if last is None or last.mnemonic not in _CONTINUE_IF_SET:
+        return None
+    ops = _ops(last)
+    target = _imm(ops[-1]) if ops else None
+    if target is None or header not in by_start[latches[0]].successors:
+        return None
+    # Whether the loop goes on when the branch is taken, and when the tested value is set.
+    goes_on_if_taken = target == header
+    state: dict[str, int | None] = {}
+
+    def value(reg: str) -> int | None:
+        reg = _full(reg)
+        if reg in ("xzr", "wzr"):
+            return 0
+        if reg not in state:
+            state[reg] = _entry_value(reg, preheader, by_start, idom)
+        return state[reg]
+
+    def execute(ins) -> bool | None:
+        """Run one instruction on ``state``; the tested truth value for test/branch forms."""
+        ops, mnem = _ops(ins), ins.mnemonic
+        if mnem == "test" and len(ops) == 2:
+            a, b = value(ops[0]), (value(ops[1]) if _imm(ops[1]) is None else _imm(ops[1]))
+            return None if a is None or b is None else bool(a & b)
+        if mnem in ("tbnz", "tbz") and len(ops) == 3 and (bit := _imm(ops[1])) is not None:
+            a = value(ops[0])
+            return None if a is None else bool(a >> bit & 1)
+        if mnem in ("cbnz", "cbz") and len(ops) == 2:
+            a = value(ops[0])
+            return None if a is None else a != 0
+        const = _constant(isa, ins)
+        if const is None and mnem in ("mov", "movzx", "movsx") and len(ops) == 2 and "[" not in ops[1]:
+            const = value(ops[1])
+        if (st := _step(isa, ins)) is not None:
+            base = value(st[0])
+            const = None if base is None else base + st[1]
+        for w in ins.writes:
+            if _full(w) not in ("rflags", "nzcv", "rip", "rsp", "sp"):
+                state[_full(w)] = const
+        return None
+
+    inner = [b for b in sorted(body) if b != header]
+    order = [header, *inner]
+    for iteration in range(1, _FLAG_LIMIT + 1):
+        truth = None
+        for start in order:
+            for ins in by_start[start].instructions:
+                result = execute(ins)
+                if result is not None or ins.mnemonic in ("test", "cmp"):
+                    truth = result
+        if truth is None:
+            return None
+        if (truth == _CONTINUE_IF_SET[last.mnemonic]) != goes_on_if_taken:
+            return iteration
+    return None
+
+
+def _entry_value(reg: str, block: int, by_start, idom) -> int | None:
+    """Constant in ``reg`` (any alias) at the end of ``block``, from its dominator chain."""
+    seen = set()
+    while block not in seen:
+        seen.add(block)
+        for ins in reversed(by_start[block].instructions):
+            if reg in (_full(w) for w in ins.writes):
+                ops = _ops(ins)
+                if ins.mnemonic == "mov" and len(ops) == 2 and ops[1] in ("wzr", "xzr"):
+                    return 0
+                if ins.mnemonic == "xor" and len(ops) == 2 and ops[0] == ops[1]:
+                    return 0
+                if ins.mnemonic == "mov" and len(ops) == 2:
+                    return _imm(ops[1])
+                return None
+        if idom.get(block, block) == block:
+            return None
+        block = idom[block]
     return None
 
 

@@ -21,6 +21,8 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
+import networkx as nx
+
 from ..ir import KernelIR, Loop, LoopKind, MachineCode, Node, walk
 from ..machine import Machine
 from . import disasm
@@ -222,13 +224,96 @@ def _map_function(
             assign(children.get(lp.header, []), inner)
 
     assign(children.get(None, []), scope)
-    weights = {b.start: 1.0 for b in code.blocks}
+    weights = _branch_shares(code, infos)
     for header, trips in trips_of.items():
         for start in by_header[header].blocks:
             weights[start] *= trips
     innermost = frozenset(lp.header for lp in infos if not children.get(lp.header))
     instances = parallel.extent / math.ceil(parallel.extent / threads) if parallel is not None else float(threads)
     return FunctionMap(code, threads, weights, tuple(matches), innermost, instances)
+
+
+def _branch_shares(code: MachineCode, infos: list[disasm.LoopInfo]) -> dict[int, float]:
+    """Share of the iterations of its enclosing loops (or of the call) in which each block runs.
+
+    Within one iteration of a loop, with its inner loops collapsed to single nodes and
+    its back edges removed, a conditional branch splits the flow evenly between its
+    targets (LLVM versions a loop for the first or last tile behind such a branch), except
+    that a target from which only the function's return is reachable takes nothing while
+    another target does work (the guard of an empty share of a parallel loop). Exits of a
+    loop are accounted for by its trip count, so they take nothing from its iterations.
+    Shares of nested regions multiply.
+    """
+    succ = {b.start: b.successors for b in code.blocks}
+    by_header = {lp.header: lp for lp in infos}
+    innermost_of: dict[int, disasm.LoopInfo | None] = dict.fromkeys(succ)
+    for lp in infos:  # innermost first: the first loop that holds a block is its innermost
+        for blk in lp.blocks:
+            if blk in succ and innermost_of[blk] is None:
+                innermost_of[blk] = lp
+
+    def node(blk: int, region: int | None) -> int:
+        """``blk`` itself, or the header of the child loop of ``region`` that holds it."""
+        lp = innermost_of[blk]
+        if lp is None or lp.header == region:
+            return blk
+        while lp.parent != region:
+            lp = by_header[lp.parent]
+        return lp.header
+
+    returns: set[int] = set()  # outside every loop, and only a return reachable from them
+    changed = True
+    while changed:
+        changed = False
+        for blk, targets in succ.items():
+            if blk not in returns and innermost_of[blk] is None and all(t in returns for t in targets):
+                returns.add(blk)
+                changed = True
+
+    block_share: dict[int, float] = {}
+    loop_share: dict[int, float] = {}
+    for region in [None, *(lp.header for lp in infos)]:
+        blocks = list(succ) if region is None else [b for b in by_header[region].blocks if b in succ]
+        inside = set(blocks)
+        entry = code.blocks[0].start if region is None else region
+        graph: dict[int, set[int]] = {}
+        for blk in blocks:
+            src = node(blk, region)
+            graph.setdefault(src, set())
+            for t in succ[blk]:
+                if t in inside and (dst := node(t, region)) not in (entry, src):
+                    graph[src].add(dst)
+        flow = dict.fromkeys(graph, 0.0)
+        flow[entry] = 1.0
+        for n in _topological(graph):
+            targets = sorted(graph[n])
+            working = [t for t in targets if t not in returns] or targets
+            for t in working:
+                flow[t] += flow[n] / len(working)
+        for n, f in flow.items():
+            innermost = innermost_of[n]
+            if n != entry and innermost is not None and innermost.header == n:
+                loop_share[n] = f  # a child loop, collapsed
+            else:
+                block_share[n] = f
+    weights = {}
+    for blk in succ:
+        w, lp = block_share.get(blk, 1.0), innermost_of[blk]
+        while lp is not None:
+            w *= loop_share.get(lp.header, 1.0)
+            lp = by_header[lp.parent] if lp.parent is not None else None
+        weights[blk] = w
+    return weights
+
+
+def _topological(graph: dict[int, set[int]]) -> list[int]:
+    """Nodes of ``graph`` with every edge going forward (by address where a cycle remains)."""
+    g = nx.DiGraph()
+    g.add_nodes_from(graph)
+    g.add_edges_from((a, b) for a, targets in graph.items() for b in targets if b in graph)
+    if nx.is_directed_acyclic_graph(g):
+        return list(nx.lexicographical_topological_sort(g))
+    return sorted(g)
 
 
 def map_kernel(kernel: KernelIR, machine: Machine) -> tuple[FunctionMap, ...]:
