@@ -366,6 +366,10 @@ def _trip_count(isa, body, latches, by_start, graph, idom, header) -> int | None
                     slot = _slot_value(ops[1][ops[1].index("[") :], outside[0], by_start, idom)
                     init = init if slot is None else slot
                 break
+        else:
+            # LLVM steps a rotated loop's counter in its latch; other steps of the same
+            # register elsewhere in the body belong to inner code that reuses it.
+            step = local or step
         if not step or init is None:
             return None
         n = -(-(bound - init) // step)

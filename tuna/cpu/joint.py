@@ -348,7 +348,8 @@ def map_kernel(kernel: KernelIR, machine: Machine) -> tuple[FunctionMap, ...]:
 def dynamic_counts(maps: tuple[FunctionMap, ...], isa: str) -> Counter:
     """Instructions executed per kernel call, by class, summed over all threads.
 
-    Also ``lanes_fma``: data elements of the FMA instructions, to compare with the TIR.
+    Also ``lanes_fma``: data elements of the FMA instructions, to compare with the TIR
+    (register lanes: a 2-wide TIR vector computed in a 4-wide register counts 4).
     """
     counts: Counter = Counter()
     for fm in maps:
