@@ -11,7 +11,7 @@ setup(
     python_requires=">=3.11",
     packages=find_packages(include=["tuna", "tuna.*"]),
     package_data={
-        "tuna.data": ["targets/*.toml", "uarch/*.toml", "coeffs/*.toml", "pools/*.json", "pools/README.md"]
+        "tuna.data": ["targets/*.toml", "uarch/*.toml", "gpu/*.toml", "coeffs/*.toml", "pools/*.json", "pools/README.md"]
     },
     install_requires=[
         "apache-tvm==0.27.0.post1",
@@ -25,6 +25,8 @@ setup(
         "cloudpickle",
         "xgboost",
         "scipy",
+        "matplotlib",  # the figures of `tuna bench`
+        "dask[distributed]>=2024.1,<2027",
     ],
     extras_require={"test": ["pytest", "ruff"], "plots": ["matplotlib"]},
     entry_points={"console_scripts": ["tuna = tuna.cli:main"]},

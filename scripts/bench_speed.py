@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tuna import bench, integration, machine
 
-POOLS = Path(integration.__file__).parent / "data" / "pools"
+POOLS = Path(bench.__file__).parent / "data" / "pools"
 
 
 def main(names: list[str]) -> None:

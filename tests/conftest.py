@@ -1,6 +1,7 @@
 """Shared fixtures; tests marked gpu or slow run only when asked for (see README.md)."""
 
 import json
+import logging
 import os
 from importlib import resources
 
@@ -19,3 +20,14 @@ def pytest_collection_modifyitems(config, items):
 def gmm_pool():
     """The measured GMM-1 pool shipped with tuna."""
     return json.loads(resources.files("tuna.data").joinpath("pools/GMM-1.json").read_text())
+
+
+@pytest.hookimpl(hookwrapper=True, trylast=True)
+def pytest_runtest_call(item):
+    """MetaSchedule's logging set-up formats the name of every handler of its logger and fails on
+    unnamed ones; pytest's capture handlers end up on that logger once a tuning run has configured
+    it, so they are taken off right before each test body runs."""
+    log = logging.getLogger("tvm.s_tir.meta_schedule")
+    for handler in [h for h in log.handlers if h.get_name() is None]:
+        log.removeHandler(handler)
+    yield

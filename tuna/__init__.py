@@ -14,6 +14,7 @@ _LAZY = {"TunaCostModel", "StaticRunner", "StaticBuilder", "tune", "TuneResult",
 
 __all__ = [
     "AnalysisError",
+    "ESSearch",
     "Estimate",
     "Machine",
     "StaticBuilder",
@@ -39,4 +40,8 @@ def __getattr__(name: str):
         from . import integration
 
         return getattr(integration, name)
+    if name == "ESSearch":  # tuna's evolution-strategies search strategy for MetaSchedule
+        from .integration import search
+
+        return search.ESSearch
     raise AttributeError(f"module 'tuna' has no attribute {name!r}")

@@ -3,15 +3,22 @@
 ``tuna tune WORKLOAD --target T``   offline tuning run with a readable report
 ``tuna explain WORKLOAD --target T`` the feature breakdown of one schedule
 ``tuna targets``                     the machine presets
-``tuna bench rank [POOLS]``          ranking quality on measured pools, beside the baselines
+``tuna bench rank [POOLS]``          ranking quality on measured pools, beside the baselines (table, JSON, PNG)
+``tuna bench collect WORKLOAD``      measure a new pool on this machine (MetaSchedule + re-timing)
+``tuna bench tune WORKLOADS``        offline tuning with tuna against measured tuning, picks timed here
+``tuna bench network``               whole networks: tuna, MetaSchedule, untuned and PyTorch, timed here
+``tuna bench report``                BENCHMARKS.md from the JSON the bench commands wrote
 ``tuna calibrate POOLS``             fit the linear model's coefficients to measured pools
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import logging
+import os
+import platform
 import sys
 import time
 from pathlib import Path
@@ -71,6 +78,9 @@ def _tune(args: argparse.Namespace) -> int:
             population_size=args.population,
             seed=args.seed,
             progress=print,
+            search=args.search,
+            workers=args.workers,
+            cluster=args.cluster,
         )
         cm = result.cost_model
         print(f"\n   chosen schedule: predicted {result.predicted_seconds * 1e6:,.1f} us per run")
@@ -104,10 +114,10 @@ def _explain(args: argparse.Namespace) -> int:
         except json.JSONDecodeError as err:
             raise TunaError(f"trace file {args.trace} is not JSON: {err}") from None
         start = time.perf_counter()
-        est = integration.estimate_trace(mod, trace, mach)
+        est = integration.estimate_trace(mod, trace, mach, args.tier)
     else:
         start = time.perf_counter()
-        est = integration.estimate_module(mod, mach)
+        est = integration.estimate_module(mod, mach, args.tier)
     elapsed = time.perf_counter() - start
     print(f"{args.workload} on {mach.name}: predicted {est.seconds * 1e6:,.2f} us ({est.tier} tier, "
           f"analysed in {elapsed * 1e3:.1f} ms)")
@@ -178,6 +188,10 @@ def _bench_rank(args: argparse.Namespace) -> int:
     pools = _load_pools(args.pools)
     mach = integration._machine(args.target, args.machine)
     tiers = _tiers(args.tiers)
+    png = args.png or (str(Path(args.json).with_suffix(".png")) if args.json else "bench-rank.png")
+    for path in (args.json, png):  # before minutes of analysis, not after
+        if path:
+            _check_output(path)
     start = time.perf_counter()
     print(f"== tuna bench rank: {len(pools)} pools for {mach.name}, tiers {', '.join(tiers)}", file=sys.stderr)
     feats, secs = _pool_features(pools, mach, tiers)
@@ -205,9 +219,238 @@ def _bench_rank(args: argparse.Namespace) -> int:
     notes.append("tuna-<tier>-unseen: coefficients fitted on the other pools of this run, never on the pool ranked")
     notes.append(f"machine {mach.name}; split seed {args.seed}; {time.perf_counter() - start:.0f} s in all")
     print("\n".join(notes))
+    data = bench.rank_json(results)
+    data["predictions"] = {
+        f"tuna-{tier}": _predictions(feats[tier], pools, linear.coefficients(mach, tier), mach) for tier in tiers
+    }
+    data["meta"] = _meta(args, mach, time.perf_counter() - start, tiers=tiers, pools=[p.source for p in pools])
     if args.json:
-        Path(args.json).write_text(json.dumps(bench.rank_json(results), indent=2))
-        print(f"wrote {args.json}")
+        _write(args.json, json.dumps(data, indent=2))
+    _save_figure(_rank_figure(data, mach), png)
+    return 0
+
+
+def _predictions(feats: dict, pools, coeffs, mach) -> dict:
+    """Per pool, every candidate's measured and predicted seconds (None: not analysable)."""
+    from . import linear
+
+    return {
+        pool.name: {
+            "measured": [float(x) for x in pool.secs_a],
+            "predicted": [None if f is None else linear.seconds(f, coeffs, mach) for f in feats[pool.name]],
+        }
+        for pool in pools
+    }
+
+
+def _rank_figure(data: dict, mach):
+    from . import plots
+
+    pools = len({r["pool"] for r in data["results"]})
+    return plots.rank_figure(data, f"tuna bench rank: {pools} pools, modelled as {mach.name} "
+                                   "(shipped coefficients; diagonal = perfect prediction)")
+
+
+def _save_figure(fig, path: str) -> None:
+    _check_output(path)
+    fig.savefig(path, dpi=110)
+    print(f"wrote {path}")
+
+
+def _check_output(path: str) -> Path:
+    """An output path whose folder exists and is writable; TunaError otherwise (before any long work)."""
+    out = Path(path)
+    if out.is_dir():
+        raise TunaError(f"output path {path} is a directory; give a file name")
+    folder = out.parent if str(out.parent) else Path(".")
+    if not folder.is_dir():
+        raise TunaError(f"cannot write {path}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
+        raise TunaError(f"cannot write {path}: permission denied")
+    return out
+
+
+def _write(path: str, text: str) -> None:
+    _check_output(path).write_text(text)
+    print(f"wrote {path}")
+
+
+def _machine_info() -> dict:
+    """This machine as lscpu names it, and the TVM in use (for the benchmark records)."""
+    from importlib import metadata
+
+    from .search.processes import run_tool, which
+
+    info = {"model_name": platform.processor() or platform.machine(), "cores": os.cpu_count()}
+    if which("lscpu"):
+        fields = dict(
+            line.split(":", 1) for line in run_tool(["lscpu"], timeout=30).stdout.splitlines() if ":" in line
+        )
+        info["model_name"] = fields.get("Model name", info["model_name"]).strip()
+        info["cores"] = int(fields.get("CPU(s)", info["cores"]))
+        # A bare "AMD EPYC" (as some VMs report) says nothing of the generation; family and model do.
+        info["cpu_family"] = fields.get("CPU family", "").strip()
+        info["cpu_model"] = fields.get("Model", "").strip()
+    try:
+        info["tvm"] = metadata.version("apache-tvm")
+    except metadata.PackageNotFoundError:
+        info["tvm"] = "?"
+    return info
+
+
+def _meta(args: argparse.Namespace, mach, seconds: float, **extra) -> dict:
+    argv = getattr(args, "argv", None) or sys.argv[1:]
+    return {
+        "machine": _machine_info(),
+        "target": mach.name,
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": " ".join(["tuna", *argv]),
+        "seconds": seconds,
+        **extra,
+    }
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _bench_collect(args: argparse.Namespace) -> int:
+    from . import bench, integration
+    from .integration import measure
+
+    _quiet_tvm()
+    out = _check_output(args.output)
+    integration.load_workload(args.workload)  # an unknown workload fails before anything else
+    mach = measure.check_runnable(args.target, args.machine)
+    if args.trials < 1:
+        raise TunaError(f"--trials must be at least 1, not {args.trials}")
+    work = Path(args.work_dir) if args.work_dir else out.with_suffix(".work")
+    _stderr(f"== tuna bench collect {args.workload} on this machine for {mach.name}, {args.trials} trials")
+    pool = measure.collect_pool(args.workload, mach, work, args.trials, num_trials_per_iter=args.per_iter,
+                                seed=args.seed, progress=_stderr)
+    loaded = bench.load_pool(pool)  # what we write must read back
+    out.write_text(json.dumps(pool))
+    best = float(loaded.secs_a.min()) if len(loaded) else float("nan")
+    print(f"wrote {out}: {len(pool['candidates'])} candidates ({loaded.failed} failed), best {best * 1e6:,.1f} us, "
+          f"tuned in {pool['tune_seconds']:.0f} s")
+    return 0
+
+
+def _pool_best(workload: str) -> float | None:
+    """The fastest measured candidate of the shipped pool of ``workload``, if tuna ships one."""
+    from . import bench
+
+    name = workload.upper().replace(":", "-")
+    for path in bench.shipped_pools():
+        if path.stem == name:
+            return float(bench.load_pool(path).secs_a.min())
+    return None
+
+
+def _bench_tune(args: argparse.Namespace) -> int:
+    from . import bench, integration
+    from .integration import measure
+
+    _quiet_tvm()
+    if args.json:
+        _check_output(args.json)
+    for w in args.workloads:
+        integration.load_workload(w)
+    mach = measure.check_runnable(args.target, args.machine)
+    if args.search and not measure.tune_accepts_search():
+        raise TunaError(f"this tuna's tune() has no search= option yet; drop --search {args.search}")
+    start = time.perf_counter()
+    rows = []
+    for w in args.workloads:
+        _stderr(f"== tuna bench tune {w} for {mach.name}: {args.trials} trials each")
+        for row in measure.compare_tuning(w, mach, Path(args.work_dir) / Path(w.replace(":", "-")).name, args.trials,
+                                          search=args.search, num_trials_per_iter=args.per_iter, seed=args.seed,
+                                          progress=_stderr):
+            rows.append({"workload": w, **row})
+    rows = bench.with_ratios(rows, "workload", {w: _pool_best(w) for w in args.workloads})
+    print(bench.tune_table(rows))
+    print("ratio to best: the fastest pick of the workload / this pick; pool best: the shipped pool's fastest "
+          "candidate (measured on the pools' machine)")
+    data = {"rows": rows, "meta": _meta(args, mach, time.perf_counter() - start, trials=args.trials,
+                                         search=args.search)}
+    if args.json:
+        _write(args.json, json.dumps(data, indent=2))
+    return 0
+
+
+def _bench_network(args: argparse.Namespace) -> int:
+    from . import bench
+    from .integration import measure, networks
+
+    _quiet_tvm()
+    if args.json:
+        _check_output(args.json)
+    names = [n.strip() for n in args.models.split(",") if n.strip()]
+    for n in names:
+        networks.network(n)
+    methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
+    measure.check_methods(methods)
+    mach = measure.check_runnable(args.target, args.machine)
+    if args.trials_per_task < 1:
+        raise TunaError(f"--trials-per-task must be at least 1, not {args.trials_per_task}")
+    start = time.perf_counter()
+    rows = []
+    for n in names:
+        _stderr(f"== tuna bench network {n} for {mach.name}: {args.trials_per_task} trials per task")
+        rows += [r.as_dict() for r in measure.network_bench(n, mach, Path(args.work_dir), args.trials_per_task,
+                                                            methods=methods, seed=args.seed, progress=_stderr)]
+    rows = bench.with_ratios(rows, "network")
+    print(bench.network_table(rows))
+    data = {"rows": rows, "meta": _meta(args, mach, time.perf_counter() - start,
+                                         trials_per_task=args.trials_per_task)}
+    if args.json:
+        _write(args.json, json.dumps(data, indent=2))
+    return 0
+
+
+def _read_json(path: str | None, what: str) -> dict | None:
+    if not path:
+        return None
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise TunaError(f"{what} results {path} do not exist") from None
+    except json.JSONDecodeError as err:
+        raise TunaError(f"{what} results {path} are not JSON: {err}") from None
+    key = "mean" if what == "rank" else "rows"
+    if not isinstance(data, dict) or key not in data:
+        raise TunaError(f"{path} is not the JSON of `tuna bench {what}` (no {key!r})")
+    return data
+
+
+def _bench_report(args: argparse.Namespace) -> int:
+    from . import bench, plots
+
+    rank = _read_json(args.rank, "rank")
+    tune = _read_json(args.tune, "tune")
+    network = _read_json(args.network, "network")
+    out = _check_output(args.output)
+    figures = {}
+    fig_dir = Path(args.figures) if args.figures else out.parent
+    fig_dir.mkdir(parents=True, exist_ok=True)
+
+    def rel(path: Path) -> str:
+        return os.path.relpath(path, out.parent if str(out.parent) else ".")
+
+    if rank:
+        png = fig_dir / "bench-rank.png"
+        _save_figure(plots.rank_figure(rank, f"tuna bench rank ({rank.get('meta', {}).get('target', '?')})"), str(png))
+        figures["rank"] = rel(png)
+    for key, data, group in (("tune", tune, "workload"), ("network", network, "network")):
+        if data and data["rows"]:
+            png = fig_dir / f"bench-{key}.png"
+            _save_figure(plots.latency_figure(data["rows"], group, f"tuna bench {key}"), str(png))
+            figures[key] = rel(png)
+    text = bench.benchmarks_markdown(
+        rank, tune, network, figures=figures, command=args.command_line,
+        generated=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"), note=args.note or "",
+    )
+    _write(str(out), text)
     return 0
 
 
@@ -249,6 +492,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--population", type=int, default=256, help="evolutionary search population (default 256)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--work-dir", default="tuna-runs", help="where databases, logs and the chosen schedules go")
+    p.add_argument("--search", choices=["evolutionary", "es"], default="evolutionary",
+                   help="MetaSchedule's evolutionary search driven by tuna's cost model (default), or tuna's "
+                        "evolution strategies (es), which score candidates in worker processes or on a cluster")
+    p.add_argument("--workers", type=int, help="worker processes scoring candidates for --search es "
+                                             "(default: one per physical core)")
+    p.add_argument("--cluster", help="Dask scheduler for --search es: tcp://host:port, or local:N to start N "
+                                     "local worker processes (bound to 127.0.0.1)")
     p.set_defaults(func=_tune)
 
     p = sub.add_parser("explain", help="feature breakdown of one schedule")
@@ -256,6 +506,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", "-t", help="preset name or TVM target JSON (default zen4)")
     p.add_argument("--machine", help="preset to model when the target's mcpu/arch has no data file")
     p.add_argument("--trace", help="a MetaSchedule trace as JSON to apply first (as in the pools)")
+    p.add_argument("--tier", default="ir", choices=("ir", "full"), help="analysis tier (default ir)")
     p.set_defaults(func=_explain)
 
     p = sub.add_parser("bench", help="benchmarks: ranking quality on measured pools")
@@ -268,7 +519,53 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-xgb", action="store_true", help="leave out the XGBModel baseline")
     p.add_argument("--seed", type=int, default=0, help="seed of the train/test split")
     p.add_argument("--json", help="also write the results as JSON here")
+    p.add_argument("--png", help="figure to write (default: beside --json, else bench-rank.png)")
     p.set_defaults(func=_bench_rank)
+
+    p = bench_sub.add_parser("collect", help="measure a pool on this machine: MetaSchedule tuning + re-timing")
+    p.add_argument("workload", help="built-in Ansor workload NAME:INDEX (e.g. GMM:1)")
+    p.add_argument("--target", "-t", default="zen4", help="preset or TVM target JSON; must run here (default zen4)")
+    p.add_argument("--machine", help="preset to model when the target has no data file")
+    p.add_argument("--trials", type=int, default=192, help="MetaSchedule trials (default 192, as the shipped pools)")
+    p.add_argument("--per-iter", type=int, default=64, help="candidates per search round (default 64)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--work-dir", help="MetaSchedule's work directory (default: beside the output)")
+    p.add_argument("--output", "-o", required=True, help="pool JSON file to write")
+    p.set_defaults(func=_bench_collect)
+
+    p = bench_sub.add_parser("tune", help="offline tuning with tuna vs MetaSchedule with measurement, timed here")
+    p.add_argument("workloads", nargs="+", help="built-in workloads NAME:INDEX or TVMScript files")
+    p.add_argument("--target", "-t", default="zen4", help="preset or TVM target JSON; must run here (default zen4)")
+    p.add_argument("--machine", help="preset to model when the target has no data file")
+    p.add_argument("--trials", type=int, default=64, help="trials of each tuner (default 64)")
+    p.add_argument("--per-iter", type=int, default=32, help="candidates per search round, both tuners (default 32)")
+    p.add_argument("--search", choices=("evolutionary", "es"), help="tuna's search (default: tune()'s own)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--work-dir", default="tuna-bench-tune", help="where the tuning databases go")
+    p.add_argument("--json", help="also write the rows as JSON here")
+    p.set_defaults(func=_bench_tune)
+
+    p = bench_sub.add_parser("network", help="whole networks tuned with tuna and MetaSchedule, timed here")
+    p.add_argument("--models", default="resnet18,bert", help="comma-separated: resnet18, bert (default both)")
+    p.add_argument("--methods", default="untuned,tuna,metaschedule,pytorch",
+                   help="comma-separated subset of untuned,tuna,metaschedule,pytorch (default all)")
+    p.add_argument("--target", "-t", default="zen4", help="preset or TVM target JSON; must run here (default zen4)")
+    p.add_argument("--machine", help="preset to model when the target has no data file")
+    p.add_argument("--trials-per-task", type=int, default=8, help="trials per tuning task, both tuners (default 8)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--work-dir", default="tuna-bench-network", help="where the tuning databases go")
+    p.add_argument("--json", help="also write the rows as JSON here")
+    p.set_defaults(func=_bench_network)
+
+    p = bench_sub.add_parser("report", help="write BENCHMARKS.md (and figures) from saved bench JSON")
+    p.add_argument("--rank", help="JSON of `tuna bench rank --json`")
+    p.add_argument("--tune", help="JSON of `tuna bench tune --json`")
+    p.add_argument("--network", help="JSON of `tuna bench network --json`")
+    p.add_argument("--figures", help="folder for the PNGs (default: beside the output)")
+    p.add_argument("--command-line", default="scripts/benchmarks.sh", help="the command named as the generator")
+    p.add_argument("--note", help="a caveat to print in bold under the title")
+    p.add_argument("--output", "-o", default="BENCHMARKS.md", help="markdown file to write (default BENCHMARKS.md)")
+    p.set_defaults(func=_bench_report)
 
     p = sub.add_parser("calibrate", help="fit the linear model's coefficients to measured pools")
     p.add_argument("pools", nargs="*", help="pool JSON files (default: the pools tuna ships)")
@@ -287,6 +584,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``tuna`` command."""
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         return args.func(args)

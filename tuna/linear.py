@@ -5,6 +5,8 @@ formula turns them into seconds::
 
     seconds = sum(coefficient[t] * feature[t] for t in TERMS) / clock
 
+GPU targets use :data:`GPU_TERMS` instead, in SM clock cycles, with the same formula.
+
 Coefficients live in ``tuna/data/coeffs/<preset>.toml``, one table per tier, written by
 ``tuna calibrate`` from measured pools and naming the pools they were fitted on. A target
 without a file uses :func:`default_coefficients`: every cycle term counts once, a
@@ -36,6 +38,18 @@ TERMS = (
     "dram_cycles",  # bytes from memory / memory bandwidth, in core cycles
     "launches",  # parallel regions started
     "calls",  # per-thread calls to out-of-line library code (expf, ...)
+    "load_ops",  # per-thread load instructions executed (L1 access costs the core model leaves out)
+    "store_ops",  # per-thread store instructions executed
+    "const",  # 1: a fixed cost per call
+)
+#: Count terms already inside ``compute_cycles``: they only carry what a fit finds beyond it.
+_FITTED_ONLY = ("load_ops", "store_ops")
+#: Terms of the GPU tiers, all in SM clock cycles (or counts); a GPU target's files use these.
+GPU_TERMS = (
+    "issue_cycles",  # busiest SM: warp-instructions over per-SM throughput, shared ops times bank conflicts
+    "latency_cycles",  # one warp's latency-bound cycles not hidden by the resident warps' issue work
+    "memory_cycles",  # global-memory transfer time beyond the compute time
+    "launches",  # kernel launches
     "const",  # 1: a fixed cost per call
 )
 #: Cost of one parallel region launch in TVM's thread pool, seconds (the order of magnitude
@@ -56,14 +70,21 @@ class Coefficients:
 
     def cycles(self, features: Mapping[str, float]) -> float:
         """Predicted cycles of the features."""
-        return sum(self.values.get(t, 0.0) * float(features.get(t, 0.0)) for t in TERMS)
+        return sum(c * float(features.get(t, 0.0)) for t, c in self.values.items())
+
+
+def terms(machine: Machine) -> tuple[str, ...]:
+    """The terms of ``machine``'s kind: :data:`GPU_TERMS` for GPUs, :data:`TERMS` otherwise."""
+    return GPU_TERMS if machine.kind == "gpu" else TERMS
 
 
 def default_coefficients(machine: Machine, tier: str) -> Coefficients:
-    """Physical defaults: each cycle term counts once; launches cost a fixed time."""
-    values = dict.fromkeys(TERMS, 1.0)
+    """Physical defaults: each cycle term counts once; launches cost a fixed time; count terms nothing."""
+    values = dict.fromkeys(terms(machine), 1.0)
     values["launches"] = PARALLEL_LAUNCH_SECONDS * machine.frequency_ghz * 1e9
-    values["calls"] = float(machine.latency.get("call", 0.0))
+    if machine.kind != "gpu":
+        values["calls"] = float(machine.latency.get("call", 0.0))
+        values.update(dict.fromkeys(_FITTED_ONLY, 0.0))
     values["const"] = 0.0
     return Coefficients(machine.name, tier, MappingProxyType(values))
 
@@ -88,10 +109,11 @@ def _from_table(data: Mapping, machine: Machine, tier: str, source: str) -> Coef
     table = data.get(tier)
     if table is None:
         return default_coefficients(machine, tier)
-    unknown = set(table) - set(TERMS) - {"fitted_on"}
+    known = terms(machine)
+    unknown = set(table) - set(known) - {"fitted_on"}
     if unknown:
-        raise TunaError(f"{source}: unknown terms {sorted(unknown)} in [{tier}]; known: {', '.join(TERMS)}")
-    values = {t: float(table.get(t, 0.0)) for t in TERMS}
+        raise TunaError(f"{source}: unknown terms {sorted(unknown)} in [{tier}]; known: {', '.join(known)}")
+    values = {t: float(table.get(t, 0.0)) for t in known}
     return Coefficients(machine.name, tier, MappingProxyType(values), source, tuple(table.get("fitted_on", ())))
 
 
@@ -108,7 +130,10 @@ def seconds(features: Mapping[str, float], coeffs: Coefficients, machine: Machin
 
 
 def fit(
-    rows: Sequence[Mapping[str, float]], lat: Sequence[float], groups: Sequence[str] | None = None
+    rows: Sequence[Mapping[str, float]],
+    lat: Sequence[float],
+    groups: Sequence[str] | None = None,
+    names: Sequence[str] | None = None,
 ) -> dict[str, float]:
     """Non-negative coefficients minimising the relative error of predicted times.
 
@@ -121,16 +146,20 @@ def fit(
     groups : sequence of str, optional
         The pool of each row; each pool gets equal total weight so large pools do not
         dominate.
+    names : sequence of str, optional
+        The terms to fit: :data:`GPU_TERMS` when the rows carry GPU features, else :data:`TERMS`.
 
     Returns
     -------
     dict
-        One coefficient per term of :data:`TERMS`.
+        One coefficient per term.
     """
-    x = np.array([[float(r.get(t, 0.0)) for t in TERMS] for r in rows], dtype="float64")
+    if names is None:
+        names = GPU_TERMS if any("issue_cycles" in r for r in rows) else TERMS
+    x = np.array([[float(r.get(t, 0.0)) for t in names] for r in rows], dtype="float64")
     y = np.asarray(lat, dtype="float64")
-    if len(y) < len(TERMS):
-        raise TunaError(f"calibration needs at least {len(TERMS)} measured candidates, got {len(y)}")
+    if len(y) < len(names):
+        raise TunaError(f"calibration needs at least {len(names)} measured candidates, got {len(y)}")
     weight = 1.0 / y
     if groups is not None:
         sizes: dict[str, int] = {}
@@ -138,8 +167,8 @@ def fit(
             sizes[g] = sizes.get(g, 0) + 1
         weight = weight / np.sqrt([sizes[g] for g in groups])
     scale = np.maximum(np.abs(x).max(axis=0), 1e-30)  # conditioning: columns of unit size
-    coef, _ = nnls(x / scale * weight[:, None], y * weight, maxiter=50 * len(TERMS))
-    return {t: float(c / s) for t, c, s in zip(TERMS, coef, scale)}
+    coef, _ = nnls(x / scale * weight[:, None], y * weight, maxiter=50 * len(names))
+    return {t: float(c / s) for t, c, s in zip(names, coef, scale)}
 
 
 def to_toml(tables: Mapping[str, Mapping[str, float]], machine: Machine, fitted_on: Iterable[str], note: str) -> str:
@@ -153,5 +182,5 @@ def to_toml(tables: Mapping[str, Mapping[str, float]], machine: Machine, fitted_
     ]
     for tier, values in tables.items():
         lines += ["", f"[{tier}]", f"fitted_on = {pools!r}".replace("'", '"')]
-        lines += [f"{t} = {values.get(t, 0.0):.6g}" for t in TERMS]
+        lines += [f"{t} = {values.get(t, 0.0):.6g}" for t in terms(machine)]
     return "\n".join(lines) + "\n"

@@ -12,6 +12,7 @@ import io
 import itertools
 import re
 from dataclasses import dataclass
+from functools import cache
 
 import capstone
 import networkx as nx
@@ -167,46 +168,71 @@ def _is_unconditional(isa: str, mnem: str) -> bool:
     return mnem in ("jmp",) if isa == "x86-64" else mnem in ("b", "br")
 
 
+#: What Capstone's detail mode says about an instruction text (registers read and written,
+#: class, jump, return, branch target), kept because decoding details is the slow part and
+#: candidates of one workload repeat most instruction texts.
+_INFO: dict[tuple[str, str, str], tuple] = {}
+_INFO_LIMIT = 200_000
+
+
+@cache
+def _decoders(isa: str) -> tuple[capstone.Cs, capstone.Cs]:
+    """A text-only and a detailed Capstone decoder for ``isa``."""
+    lite = capstone.Cs(*_CAPSTONE[isa])
+    md = capstone.Cs(*_CAPSTONE[isa])
+    md.detail = True
+    return lite, md
+
+
+def _info(isa: str, md: capstone.Cs, code: bytes, base: int, at: int, size: int, mnemonic: str, operands: str):
+    key = (isa, mnemonic, operands)
+    found = _INFO.get(key)
+    if found is None:
+        ins = next(md.disasm(code[at - base : at - base + size], at))
+        reads, writes = ins.regs_access()
+        found = (
+            tuple(ins.reg_name(r) for r in reads),
+            tuple(ins.reg_name(r) for r in writes),
+            _classify(isa, ins),
+            bool(ins.group(capstone.CS_GRP_JUMP)),
+            bool(ins.group(capstone.CS_GRP_RET)),
+            _branch_target(isa, ins),
+        )
+        if len(_INFO) >= _INFO_LIMIT:
+            _INFO.clear()
+        _INFO[key] = found
+    return found
+
+
 def disassemble(isa: str, name: str, address: int, code: bytes) -> MachineCode:
     """Disassemble one function into basic blocks with successors."""
     if isa not in _CAPSTONE:
         raise UnsupportedISAError(f"cannot disassemble {isa}; supported: {', '.join(_CAPSTONE)}")
-    md = capstone.Cs(*_CAPSTONE[isa])
-    md.detail = True
-    raw = list(md.disasm(code, address))
+    lite, md = _decoders(isa)
+    # Text first (fast); Capstone's details only for instruction texts not seen before.
+    raw = list(lite.disasm_lite(code, address))
+    info = [_info(isa, md, code, address, *ins) for ins in raw]
     end = address + len(code)
     leaders = {address}
     targets: dict[int, int | None] = {}
-    for ins in raw:
-        tgt = _branch_target(isa, ins)
-        if ins.group(capstone.CS_GRP_JUMP) or ins.group(capstone.CS_GRP_RET):
-            leaders.add(ins.address + ins.size)
-            targets[ins.address] = tgt
+    for (at, size, _, _), (_, _, _, jump, ret, tgt) in zip(raw, info):
+        if jump or ret:
+            leaders.add(at + size)
+            targets[at] = tgt
             if tgt is not None and address <= tgt < end:
                 leaders.add(tgt)
     blocks: list[BasicBlock] = []
     current: list[Instruction] = []
-    for pos, ins in enumerate(raw):
-        reads, writes = ins.regs_access()
-        current.append(
-            Instruction(
-                address=ins.address,
-                mnemonic=ins.mnemonic,
-                operands=ins.op_str,
-                reads=tuple(ins.reg_name(r) for r in reads),
-                writes=tuple(ins.reg_name(r) for r in writes),
-                klass=_classify(isa, ins),
-            )
-        )
-        nxt = raw[pos + 1].address if pos + 1 < len(raw) else end
+    for pos, (at, _, mnemonic, operands) in enumerate(raw):
+        reads, writes, klass, _, ret, _ = info[pos]
+        current.append(Instruction(at, mnemonic, operands, reads, writes, klass))
+        nxt = raw[pos + 1][0] if pos + 1 < len(raw) else end
         if nxt in leaders or pos + 1 == len(raw):
             succ = []
-            tgt = targets.get(ins.address)
+            tgt = targets.get(at)
             if tgt is not None and address <= tgt < end:
                 succ.append(tgt)
-            falls = not ins.group(capstone.CS_GRP_RET) and not (
-                ins.address in targets and _is_unconditional(isa, ins.mnemonic)
-            )
+            falls = not ret and not (at in targets and _is_unconditional(isa, mnemonic))
             if falls and nxt < end:
                 succ.append(nxt)
             blocks.append(BasicBlock(current[0].address, tuple(current), tuple(succ)))
@@ -281,7 +307,12 @@ def _width(reg: str) -> int:
 
 
 def _ops(ins: Instruction) -> list[str]:
-    return [o.strip() for o in ins.operands.split(",")] if ins.operands else []
+    return _split(ins.operands)
+
+
+@cache
+def _split(operands: str) -> list[str]:
+    return [o.strip() for o in operands.split(",")] if operands else []
 
 
 def _step(isa: str, ins: Instruction) -> tuple[str, int] | None:
@@ -449,6 +480,10 @@ def _flag_trips(isa, header, body, latches, by_start, preheader, idom) -> int | 
     last = latch.instructions[-1] if latch.instructions else None
     if last is None or last.mnemonic not in _CONTINUE_IF_SET:
         return None
+    if isa == "x86-64":  # a flag loop tests its flag; a compare is a counter the caller could not read
+        tester = next((i for i in reversed(latch.instructions[:-1]) if "rflags" in i.writes), None)
+        if tester is None or tester.mnemonic != "test":
+            return None
     ops = _ops(last)
     target = _imm(ops[-1]) if ops else None
     if target is None or header not in by_start[latches[0]].successors:

@@ -20,10 +20,38 @@ from ..machine import Machine
 from . import joint, ooo
 from .ir_tier import fill_terms, parallel_width
 
+_ARITHMETIC = ("fma", "add", "mul", "div")
+#: Share of the dynamic instructions whose blocks the simulator times.
+HOT_SHARE = 0.98
+
 
 def _fills(kernel: KernelIR, machine: Machine, feats: Counter) -> None:
     for node in kernel.body:
         fill_terms(node, machine, min(parallel_width(node), machine.cores), feats)
+
+
+def _hot_blocks(maps: tuple[joint.FunctionMap, ...]) -> set[tuple[str, int]]:
+    """Blocks worth simulating: the most executed ones, covering :data:`HOT_SHARE` of the work.
+
+    The rest (prologues, loop control of outer loops, rarely taken paths) is timed by its
+    issue bound, which keeps the simulator off code that does not move the total.
+    """
+    work = sorted(
+        (
+            (fm.weights[b.start] * fm.instances * len(b.instructions), fm.code.function, b.start)
+            for fm in maps
+            for b in fm.code.blocks
+            if fm.weights[b.start] > 1
+        ),
+        reverse=True,
+    )
+    total, done, hot = sum(w for w, _, _ in work), 0.0, set()
+    for w, function, start in work:
+        if done >= HOT_SHARE * total:
+            break
+        hot.add((function, start))
+        done += w
+    return hot
 
 
 def estimate(kernel: KernelIR, machine: Machine) -> Estimate:
@@ -33,21 +61,27 @@ def estimate(kernel: KernelIR, machine: Machine) -> Estimate:
     maps = joint.map_kernel(kernel, machine)
     feats: Counter = Counter()
     isa = kernel.code[0].isa
+    hot = _hot_blocks(maps)
     for fm in maps:
         per_thread = 0.0
         for blk in fm.code.blocks:
             weight = fm.weights[blk.start]
             # A one-block innermost loop runs back to back: its steady-state cycles apply.
             looped = blk.start in fm.innermost and blk.start in blk.successors
-            if weight > 1:
+            if (fm.code.function, blk.start) in hot:
                 timing = ooo.simulate(blk.instructions, machine, loop=looped)
                 per_thread += weight * timing.cycles
                 feats["port_bound_cycles"] += weight * timing.port_bound
                 feats["chain_bound_cycles"] += weight * timing.chain_bound
-            else:  # straight-line code run once per call: the issue bound is enough
+            else:  # code that runs rarely: the issue bound is enough
                 per_thread += len(blk.instructions) / machine.issue_width
             # Calls leave the block for library code (expf, ...) the simulator cannot see.
-            feats["calls"] += weight * sum(ins.klass == "call" for ins in blk.instructions)
+            klasses = Counter(ins.klass for ins in blk.instructions)
+            # x86 folds loads into arithmetic (vfmadd231ps z, z, [m] and embedded broadcasts).
+            folded = sum(ins.klass in _ARITHMETIC and "[" in ins.operands for ins in blk.instructions)
+            feats["calls"] += weight * klasses["call"]
+            feats["load_ops"] += weight * (klasses["load"] + folded)
+            feats["store_ops"] += weight * klasses["store"]
         feats["compute_cycles"] += per_thread
         if fm.threads > 1:
             feats["launches"] += 1

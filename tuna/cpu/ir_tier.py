@@ -187,6 +187,9 @@ def _nest_terms(node: Loop | Statement, machine: Machine, feats: Counter) -> Non
     feats["store_cycles"] += stores
     feats["frontend_cycles"] += frontend
     feats["compute_cycles"] += core / active * imbalance
+    share = imbalance / active  # one thread's part of the nest's memory instructions
+    feats["load_ops"] += (counts["load"] + counts["spill"]) * share
+    feats["store_ops"] += (counts["store"] + counts["spill"]) * share
     feats["launches"] += width > 1
     feats["threads_used"] = max(feats["threads_used"], active)
 

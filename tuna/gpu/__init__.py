@@ -1,1 +1,1 @@
-"""NVIDIA GPU analyses: IR-tier estimate now; PTX parsing, occupancy and bank conflicts to come."""
+"""NVIDIA GPU analyses: the IR tier, and the full tier on PTX (parser, loops and trip counts, bank conflicts)."""

@@ -26,7 +26,16 @@ LAUNCH_SECONDS = 3e-6
 
 
 def occupancy(threads: int, registers: int, shared_bytes: int, machine: Machine) -> int:
-    """Resident blocks per SM under the CUDA occupancy rules (0 if the block cannot run)."""
+    """Resident blocks per SM under the CUDA occupancy rules (0 if the block cannot run).
+
+    The rules of ``cudaOccMaxActiveBlocksPerMultiprocessor`` in CUDA's ``cuda_occupancy.h``
+    (CUDA 13.0) for compute capability 7.0 and later: warps per SM over the block's warps;
+    registers allocated per warp in units of ``register_alloc_unit`` within each of the
+    SM's register sub-partitions (``warp_alloc_granularity``, 4 on these GPUs), a block
+    whose warps, rounded up to the sub-partitions, need more registers than a block may
+    have cannot launch; shared memory plus the per-block reservation rounded up to
+    ``shared_alloc_unit``, over the SM's shared memory; and the blocks-per-SM limit.
+    """
     g = machine.gpu
     if threads > g.max_threads_per_block or shared_bytes > g.max_shared_bytes_per_block:
         return 0
@@ -35,13 +44,54 @@ def occupancy(threads: int, registers: int, shared_bytes: int, machine: Machine)
     warps = math.ceil(threads / g.warp_size)
     by_warps = g.max_warps_per_sm // warps
     regs_per_warp = math.ceil(registers * g.warp_size / g.register_alloc_unit) * g.register_alloc_unit
-    warps_by_regs = g.registers_per_sm // regs_per_warp if regs_per_warp else g.max_warps_per_sm
-    warps_alloc = math.ceil(warps / g.warp_alloc_granularity) * g.warp_alloc_granularity
-    by_regs = (warps_by_regs // warps_alloc) if regs_per_warp else g.max_blocks_per_sm
+    parts = g.warp_alloc_granularity
+    if not regs_per_warp:
+        by_regs = g.max_blocks_per_sm
+    elif regs_per_warp * math.ceil(warps / parts) * parts > g.registers_per_sm:  # registers per block = per SM here
+        by_regs = 0
+    else:
+        by_regs = (g.registers_per_sm // parts) // regs_per_warp * parts // warps
     smem = shared_bytes + g.shared_reserved_per_block
     smem = math.ceil(smem / g.shared_alloc_unit) * g.shared_alloc_unit
     by_smem = g.shared_bytes_per_sm // smem if smem else g.max_blocks_per_sm
     return max(0, min(g.max_blocks_per_sm, by_warps, by_regs, by_smem))
+
+
+def global_bytes(kernel: KernelIR) -> int:
+    """Bytes the thread blocks move from global memory: each block's footprint of each tensor, times the blocks."""
+    extents: dict[str, int] = {}
+    block_accesses = []
+    for stmt, loops in walk(kernel.body):
+        for lp in loops:
+            if (lp.thread or "").startswith("blockIdx"):
+                extents[lp.thread] = max(extents.get(lp.thread, 1), lp.extent)
+        inner = {lp.var: lp.extent for lp in loops if not (lp.thread or "").startswith("blockIdx")}
+        block_accesses.extend((acc, inner) for acc in stmt.accesses if acc.scope == "global")
+    traffic = sum(buffer_footprints([acc], inner, 32)[acc.buffer] for acc, inner in block_accesses)
+    return traffic * math.prod(extents.values())
+
+
+def _allocated(kernel: KernelIR, scope: str, outside: tuple[str, ...]) -> int:
+    """Bytes of the ``scope`` buffers one block (shared) or thread (local) holds.
+
+    MetaSchedule's scheduled TIR allocates cache stages at their full tensor shape; lowering
+    compacts each to the region one block or thread uses. That region is bounded by every
+    access to the buffer over the loops inside the ``outside`` thread axes; the smallest such
+    box is kept, since a subscript tuna cannot decompose (floor division of fused loops) is
+    bounded by its whole dimension. The allocation's size caps it.
+    """
+    boxes: dict[str, int] = {}
+    for stmt, loops in walk(kernel.body):
+        inner = {lp.var: lp.extent for lp in loops if not (lp.thread or "").startswith(outside)}
+        for acc in stmt.accesses:
+            if acc.scope.startswith(scope):
+                size = buffer_footprints([acc], inner, acc.dtype_bytes)[acc.buffer]
+                boxes[acc.buffer] = min(boxes.get(acc.buffer, size), size)
+    total = 0
+    for a in kernel.allocations:
+        if a.scope.startswith(scope):
+            total += min(a.elements * a.dtype_bytes, boxes.get(a.name, a.elements * a.dtype_bytes))
+    return total
 
 
 def estimate(kernel: KernelIR, machine: Machine) -> Estimate:
@@ -50,7 +100,6 @@ def estimate(kernel: KernelIR, machine: Machine) -> Estimate:
     extents: dict[str, int] = {}
     per_thread: Counter = Counter()
     feats: Counter = Counter()
-    block_accesses = []
     for stmt, loops in walk(kernel.body):
         bound = [lp for lp in loops if lp.kind == LoopKind.THREAD]
         for lp in bound:
@@ -61,20 +110,17 @@ def estimate(kernel: KernelIR, machine: Machine) -> Estimate:
         for acc in stmt.accesses:
             space = "shared" if acc.scope.startswith("shared") else "global" if acc.scope == "global" else "local"
             per_thread[f"{'st' if acc.write else 'ld'}_{space}"] += serial
-            if acc.scope == "global":
-                inner = {lp.var: lp.extent for lp in loops if not (lp.thread or "").startswith("blockIdx")}
-                block_accesses.append((acc, inner))
         feats["flops"] += stmt.op_count() * math.prod(lp.extent for lp in loops) * (1 + (stmt.op_count("fma") > 0))
     blocks = math.prod(v for k, v in extents.items() if k.startswith("blockIdx"))
     threads = math.prod(v for k, v in extents.items() if k.startswith("threadIdx"))
-    shared = sum(a.elements * a.dtype_bytes for a in kernel.allocations if a.scope.startswith("shared"))
-    local = sum(a.elements * a.dtype_bytes for a in kernel.allocations if a.scope == "local")
+    shared = _allocated(kernel, "shared", ("blockIdx",))
+    local = _allocated(kernel, "local", ("blockIdx", "threadIdx"))
     registers = BASE_REGISTERS + math.ceil(local / 4)
     per_sm = occupancy(threads, registers, shared, machine)
     feats.update(blocks=blocks, threads_per_block=threads, shared_bytes=shared, registers=registers)
     feats["blocks_per_sm"] = per_sm
-    if per_sm == 0:
-        feats["infeasible"] = 1
+    if per_sm == 0:  # the block cannot run: a second of issue cycles ranks it last under any coefficients
+        feats.update(infeasible=1, issue_cycles=machine.frequency_ghz * 1e9, launches=1, const=1)
         return Estimate(seconds=1.0, tier="ir", features=MappingProxyType(dict(feats)))
     warps = math.ceil(threads / g.warp_size)
     waves = math.ceil(blocks / (per_sm * g.sms))
@@ -92,10 +138,7 @@ def estimate(kernel: KernelIR, machine: Machine) -> Estimate:
     # and one warp's dependent chain spread over the independent warps (ILP of about 4 per warp).
     wave_cycles = max(resident_warps * thread_instr / issue_rate, thread_latency / 4)
     compute = waves * wave_cycles / (machine.frequency_ghz * 1e9)
-    traffic = 0
-    for acc, inner in block_accesses:
-        traffic += buffer_footprints([acc], inner, 32)[acc.buffer]
-    traffic *= blocks
+    traffic = global_bytes(kernel)
     memory = traffic / (machine.memory_gbps * 1e9)
     feats.update(
         waves=waves,
@@ -109,5 +152,8 @@ def estimate(kernel: KernelIR, machine: Machine) -> Estimate:
     )
     for key, value in per_thread.items():
         feats[f"thread_{key}"] = value
+    # The linear model's GPU terms, so tuna.linear (and `tuna bench rank`) can weigh this tier too.
+    clock = machine.frequency_ghz * 1e9
+    feats.update(issue_cycles=compute * clock, memory_cycles=max(0.0, memory - compute) * clock, launches=1, const=1)
     seconds = max(compute, memory) + LAUNCH_SECONDS
     return Estimate(seconds=seconds, tier="ir", features=MappingProxyType(dict(feats)))

@@ -60,14 +60,19 @@ _SPECIAL_CALLS = ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "pow"
 
 
 class _Affine:
-    """A linear form over loop variables, plus the variables it depends on non-linearly."""
+    """A linear form over loop variables, plus the variables it depends on non-linearly.
 
-    __slots__ = ("coeffs", "const", "opaque")
+    ``span`` bounds the non-linear part's values (``(0, 0)`` when there is none, None when
+    unknown), so that floor division and modulo of sums that contain it can still resolve.
+    """
 
-    def __init__(self, coeffs=None, const=0, opaque=frozenset()):
+    __slots__ = ("coeffs", "const", "opaque", "span")
+
+    def __init__(self, coeffs=None, const=0, opaque=frozenset(), span=(0, 0)):
         self.coeffs: dict[str, int] = coeffs or {}
         self.const = const
         self.opaque: frozenset[str] = opaque
+        self.span: tuple[int, int] | None = span if opaque else (0, 0)
 
     def vars(self) -> frozenset[str]:
         return frozenset(self.coeffs) | self.opaque
@@ -80,10 +85,23 @@ class _Affine:
         for var, c in other.coeffs.items():
             coeffs[var] = coeffs.get(var, 0) + sign * c
         coeffs = {v: c for v, c in coeffs.items() if c}
-        return _Affine(coeffs, self.const + sign * other.const, self.opaque | other.opaque)
+        span = None
+        if self.span is not None and other.span is not None:
+            lo, hi = other.span if sign > 0 else (-other.span[1], -other.span[0])
+            span = (self.span[0] + lo, self.span[1] + hi)
+        return _Affine(coeffs, self.const + sign * other.const, self.opaque | other.opaque, span)
 
     def scaled(self, k: int) -> _Affine:
-        return _Affine({v: c * k for v, c in self.coeffs.items() if c * k}, self.const * k, self.opaque)
+        span = None if self.span is None else tuple(sorted((self.span[0] * k, self.span[1] * k)))
+        return _Affine({v: c * k for v, c in self.coeffs.items() if c * k}, self.const * k, self.opaque, span)
+
+    def bounds(self, extents: dict[str, int]) -> tuple[int, int] | None:
+        """Smallest and largest value over the loops' ranges (None if unknown)."""
+        if self.span is None or any(v not in extents for v in self.coeffs):
+            return None
+        lo = self.const + self.span[0] + sum(min(0, k * (extents[v] - 1)) for v, k in self.coeffs.items())
+        hi = self.const + self.span[1] + sum(max(0, k * (extents[v] - 1)) for v, k in self.coeffs.items())
+        return lo, hi
 
     def index(self) -> ir.Index:
         opaque = tuple(sorted(self.opaque - set(self.coeffs))) + tuple(
@@ -92,28 +110,79 @@ class _Affine:
         return ir.Index(tuple(sorted(self.coeffs.items())), int(self.const), opaque)
 
 
-def _affine(expr, env: dict[Any, _Affine]) -> _Affine:
-    """Decompose an index expression over the loop variables bound in ``env``."""
+def _affine(expr, env: dict[Any, _Affine], extents: dict[str, int] | None = None) -> _Affine:
+    """Decompose an index expression over the loop variables bound in ``env``.
+
+    With the loops' ``extents``, a floor division or modulo by a constant stays affine
+    where the ranges allow (``co // 64`` is 0 when ``co < 64``; ``(16 * a + b) // 16``
+    is ``a`` when ``0 <= b < 16``), and bounds what stays non-linear (``f % 56 // 14``
+    lies in 0..3) for the expressions around it.
+    """
     if isinstance(expr, tvm.tirx.IntImm):
         return _Affine(const=int(expr.value))
     if isinstance(expr, tvm.tirx.Var):
         return env.get(expr, _Affine())
     if isinstance(expr, tvm.tirx.Cast):
-        return _affine(expr.value, env)
+        return _affine(expr.value, env, extents)
     if isinstance(expr, (tirx.Add, tirx.Sub)):
-        return _affine(expr.a, env).plus(_affine(expr.b, env), 1 if isinstance(expr, tirx.Add) else -1)
+        a, b = _affine(expr.a, env, extents), _affine(expr.b, env, extents)
+        return a.plus(b, 1 if isinstance(expr, tirx.Add) else -1)
     if isinstance(expr, tirx.Mul):
-        a, b = _affine(expr.a, env), _affine(expr.b, env)
+        a, b = _affine(expr.a, env, extents), _affine(expr.b, env, extents)
         if b.is_const():
             return a.scaled(b.const)
         if a.is_const():
             return b.scaled(a.const)
-        return _Affine(opaque=a.vars() | b.vars())
+        return _Affine(opaque=a.vars() | b.vars(), span=None)
+    span = None
+    if isinstance(expr, (tirx.FloorDiv, tirx.FloorMod)) and extents is not None:
+        a, b = _affine(expr.a, env, extents), _affine(expr.b, env, extents)
+        if b.is_const() and b.const > 0:
+            c = b.const
+            split = _divide(a, c, extents)
+            if split is not None:
+                return split[0] if isinstance(expr, tirx.FloorDiv) else split[1]
+            whole = a.bounds(extents)
+            if isinstance(expr, tirx.FloorMod):
+                span = (0, c - 1)
+            elif whole is not None:
+                span = (whole[0] // c, whole[1] // c)
     names: set[str] = set()
     for node in _subexprs(expr):
         if isinstance(node, tvm.tirx.Var) and node in env:
             names.update(env[node].vars())
-    return _Affine(opaque=frozenset(names))
+    return _Affine(opaque=frozenset(names), span=span)
+
+
+def _divide(a: _Affine, c: int, extents: dict[str, int]) -> tuple[_Affine, _Affine] | None:
+    """``(a // c, a % c)``, affine where possible, or None when nothing is known.
+
+    The terms of ``a`` split into high ones, multiples of some ``g`` dividing ``c``, and
+    low ones that stay within one block of ``g``. With ``g == c`` both results are affine;
+    otherwise the modulo keeps the low terms exactly (``(32 a + b) % 256`` is ``b`` plus a
+    multiple of 32 that depends on ``a`` alone), which is what vectorization cares about.
+    """
+    if any(v not in extents for v in a.coeffs) or a.span is None:
+        return None
+    small = [d for d in range(1, math.isqrt(c) + 1) if c % d == 0]
+    for g in sorted({*small, *(c // d for d in small)}, reverse=True):
+        high = {v: k for v, k in a.coeffs.items() if k % g == 0}
+        low = _Affine({v: k for v, k in a.coeffs.items() if k % g}, a.const, a.opaque, a.span)
+        lo, hi = low.bounds(extents)
+        if lo // g != hi // g:
+            continue
+        q = lo // g
+        rest = low.plus(_Affine(const=q * g), -1)  # within [0, g)
+        top = _Affine(high, q * g)  # a multiple of g
+        if g == c:
+            return _Affine({v: k // c for v, k in high.items()}, q), rest
+        if not high:
+            return _Affine(const=q * g // c), rest.plus(_Affine(const=q * g % c))
+        span = top.bounds(extents)
+        names = frozenset(high)
+        div = _Affine(opaque=names, span=None if span is None else (span[0] // c, span[1] // c))
+        return div, rest.plus(_Affine(opaque=names, span=(0, c - g)))
+    return None
 
 
 _CHILD_FIELDS = ("a", "b", "value", "condition", "true_value", "false_value", "base", "stride")
@@ -197,6 +266,7 @@ class _Extractor:
     def __init__(self) -> None:
         self.allocations: list[ir.Allocation] = []
         self.names: dict[Any, str] = {}
+        self.extents: dict[str, int] = {}
 
     def _name(self, var) -> str:
         if var not in self.names:
@@ -213,9 +283,9 @@ class _Extractor:
         idx = []
         for i in indices:
             if isinstance(i, tirx.Ramp):  # already vectorized: base + lane * stride
-                idx.append(_affine(i.base, env).index())
+                idx.append(_affine(i.base, env, self.extents).index())
             else:
-                idx.append(_affine(i, env).index())
+                idx.append(_affine(i, env, self.extents).index())
         return ir.Access(
             buffer=str(buf.name),
             write=write,
@@ -246,6 +316,7 @@ class _Extractor:
                     f"loop {stmt.loop_var} has a symbolic extent {stmt.extent}; tuna needs static shapes"
                 )
             name = self._name(stmt.loop_var)
+            self.extents[name] = int(stmt.extent.value)
             inner = {**env, stmt.loop_var: _Affine({name: 1})}
             kind = {
                 tirx.ForKind.SERIAL: ir.LoopKind.SERIAL,
@@ -267,7 +338,7 @@ class _Extractor:
             block = stmt.block
             inner = dict(env)
             for iv, value in zip(block.iter_vars, stmt.iter_values):
-                inner[iv.var] = _affine(value, env)
+                inner[iv.var] = _affine(value, env, self.extents)
             for buf in block.alloc_buffers:
                 elems = math.prod(int(s) for s in buf.shape if isinstance(s, tvm.tirx.IntImm))
                 self.allocations.append(ir.Allocation(str(buf.name), str(buf.scope()), elems, _dtype_bytes(buf.dtype)))
@@ -411,6 +482,12 @@ def estimate_module(mod: tvm.IRModule, machine: Machine, tier: str = "ir") -> Es
         When the candidate cannot be lowered, compiled or analysed.
     """
     try:
+        if tier == "full" and machine.kind == "gpu":
+            from ..gpu import full_tier as gpu_full_tier
+            from . import cuda
+
+            code = cuda.gpu_code(mod, machine, tvm_target(machine))
+            return gpu_full_tier.estimate(kernel_from_module(mod), code, machine)
         if tier == "full":
             from ..cpu import full_tier
 
@@ -578,16 +655,30 @@ class StaticRunner(PyRunner):
         """Predicted seconds of the candidate built into ``artifact_path``.
 
         CPU candidates get the full tier: the TIR beside the artifact analysed jointly
-        with the object code inside it (no second compilation).
+        with the object code inside it (no second compilation). GPU candidates get the
+        GPU full tier on that TIR (CUDA C to PTX with nvcc), or the IR tier, with a
+        warning, where no nvcc is installed.
         """
         from ..cpu import objcode
 
         sidecar = Path(artifact_path).parent / SIDECAR
+        if not sidecar.exists() and self.machine.kind == "gpu":
+            raise AnalysisError(
+                "a CUDA artifact holds no launch shapes tuna can read: build with tuna.StaticBuilder(), "
+                "which leaves the scheduled TIR beside each artifact"
+            )
         if not sidecar.exists():
             return objcode.estimate_artifact(artifact_path, self.machine).seconds
         mod = parse_tvmscript(sidecar.read_text(), f"the scheduled TIR {sidecar}")
         if self.machine.kind != "cpu":
-            return estimate_module(mod, self.machine).seconds
+            from ..gpu import nvcc
+
+            if nvcc.find_nvcc() is None:
+                if not getattr(self, "_warned_nvcc", False):
+                    logger.warning("tuna: no nvcc, so StaticRunner predicts GPU candidates with the IR tier")
+                    self._warned_nvcc = True
+                return estimate_module(mod, self.machine).seconds
+            return estimate_module(mod, self.machine, "full").seconds
         from ..cpu import disasm, full_tier
 
         code = disasm.kernel_code(objcode.artifact_objects(artifact_path))
@@ -675,6 +766,9 @@ def tune(
     seed: int | None = 0,
     num_tuning_cores: int | str = "physical",
     progress: Callable[[str], None] | None = None,
+    search: str = "evolutionary",
+    workers: int | None = None,
+    cluster: str | None = None,
 ) -> TuneResult:
     """Tune one TIR workload offline for ``target`` with tuna's cost model and runner.
 
@@ -690,11 +784,23 @@ def tune(
         Candidates to build and predict in all.
     progress : callable, optional
         Called with a line of text after each batch of candidates.
+    search : str
+        ``"evolutionary"``: MetaSchedule's EvolutionarySearch driven by tuna's cost model;
+        ``"es"``: tuna's evolution strategies (:class:`tuna.integration.search.ESSearch`),
+        scoring with the IR tier in ``workers`` processes or on ``cluster``, with the
+        same cost-model budget per round (``5 * population_size`` candidates); its state
+        is kept in ``work_dir`` so that a run started again goes on where it stopped.
+    workers : int, optional
+        Worker processes for ``search="es"`` (1: in this process; default: one per physical core).
+    cluster : str, optional
+        Dask scheduler address or ``local:N`` for ``search="es"``.
 
     Returns
     -------
     TuneResult
     """
+    if search not in ("evolutionary", "es"):
+        raise TunaError(f"unknown search {search!r}; choose es or evolutionary")
     mach = _machine(target, machine)
     if isinstance(workload, tirx.PrimFunc):
         mod = tvm.IRModule({"main": workload})
@@ -709,7 +815,12 @@ def tune(
     callbacks = ms.measure_callback.MeasureCallback.create("default")
     if progress is not None:
         callbacks = [*callbacks, _Progress(progress, max_trials, cost_model)]
-    strategy = ms.search_strategy.EvolutionarySearch(population_size=population_size)
+    if search == "es":
+        from .search import es_strategy
+
+        strategy = es_strategy(mach, work_dir, population_size, seed, workers, cluster, progress)
+    else:
+        strategy = ms.search_strategy.EvolutionarySearch(population_size=population_size)
     start = time.perf_counter()
     database = ms.tune_tir(
         mod,

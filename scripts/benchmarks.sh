@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Regenerate BENCHMARKS.md and its figures (docs/bench/) on this machine, with one command:
+# tuna bench rank (shipped pools) + tuna bench tune + tuna bench network, then tuna bench report.
+#
+# Budgets, from the environment (defaults are the documented full run):
+#   WORKLOADS   workloads of `bench tune`              (default "GMM:1 C2D:1 C1D:0 DEP:0 NRM:0 SFM:1")
+#   TRIALS      trials of each tuner in `bench tune`   (default 64)
+#   MODELS      networks of `bench network`            (default resnet18,bert)
+#   NET_TRIALS  trials per task in `bench network`     (default 32)
+#   RANK_ARGS   arguments of `bench rank`              (default: all shipped pools, tiers ir,full)
+#   SKIP        sections to leave out, e.g. "network"  (default none)
+#   OUT         folder of the JSON and PNGs            (default docs/bench)
+#   WORK        tuning databases and logs              (default a fresh folder under /tmp)
+#   NOTE        a caveat printed in bold at the top of BENCHMARKS.md (default none)
+# The full run with the defaults is long on 2 cores: about 5 min for rank, about 8 min per workload
+# for tune, and 1-2 min per tuning task and tuner for network (ResNet-18 has 22 tasks, BERT 11), so
+# roughly 2-3 hours in all; estimated from the smoke run below, taken on a loaded machine.
+# A smoke run with tiny budgets (about 17 minutes on 2 cores shared with other jobs):
+#   WORKLOADS=NRM:0 TRIALS=8 MODELS=bert NET_TRIALS=1 \
+#     RANK_ARGS="tuna/data/pools/NRM-0.json tuna/data/pools/SFM-1.json --tiers ir" \
+#     bash scripts/benchmarks.sh
+source "$(dirname "$0")/_env.sh"
+WORKLOADS=${WORKLOADS:-"GMM:1 C2D:1 C1D:0 DEP:0 NRM:0 SFM:1"}
+TRIALS=${TRIALS:-64}
+MODELS=${MODELS:-resnet18,bert}
+NET_TRIALS=${NET_TRIALS:-32}
+RANK_ARGS=${RANK_ARGS:-}
+SKIP=${SKIP:-}
+NOTE=${NOTE:-}
+OUT=${OUT:-docs/bench}
+WORK=${WORK:-$(mktemp -d /tmp/tuna-bench.XXXXXX)}
+mkdir -p "$OUT" "$WORK"
+tuna=.venv/bin/tuna
+report=()
+start=$(date +%s)
+echo "tuna: benchmarks on $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; work in $WORK" >&2
+if [[ " $SKIP " != *" rank "* ]]; then
+    # shellcheck disable=SC2086  # RANK_ARGS is a list of words
+    $tuna bench rank $RANK_ARGS --json "$OUT/rank.json" --png "$WORK/rank.png"
+    report+=(--rank "$OUT/rank.json")
+fi
+if [[ " $SKIP " != *" tune "* ]]; then
+    # shellcheck disable=SC2086
+    $tuna bench tune $WORKLOADS --trials "$TRIALS" --work-dir "$WORK/tune" --json "$OUT/tune.json"
+    report+=(--tune "$OUT/tune.json")
+fi
+if [[ " $SKIP " != *" network "* ]]; then
+    $tuna bench network --models "$MODELS" --trials-per-task "$NET_TRIALS" --work-dir "$WORK/network" \
+        --json "$OUT/network.json"
+    report+=(--network "$OUT/network.json")
+fi
+budget="WORKLOADS=\"$WORKLOADS\" TRIALS=$TRIALS MODELS=$MODELS NET_TRIALS=$NET_TRIALS"
+[[ -n "$RANK_ARGS" ]] && budget+=" RANK_ARGS=\"$RANK_ARGS\""
+[[ -n "$SKIP" ]] && budget+=" SKIP=\"$SKIP\""
+$tuna bench report "${report[@]}" --figures "$OUT" --command-line "$budget bash scripts/benchmarks.sh" \
+    ${NOTE:+--note "$NOTE"} -o BENCHMARKS.md
+echo "tuna: benchmarks done in $(( $(date +%s) - start )) s" >&2

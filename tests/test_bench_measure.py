@@ -1,0 +1,109 @@
+"""Measuring on this machine: timing a schedule, collecting a pool, the networks of `bench network`."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy import special
+
+from tuna import bench, cli
+from tuna.errors import TunaError
+from tuna.integration import load_workload, measure, networks
+
+
+def test_cross_and_gpu_targets_cannot_be_measured_here():
+    assert measure.unrunnable_reason("zen4") is None  # the machine kind these tests run on
+    assert "cross target" in measure.unrunnable_reason("graviton2")
+    with pytest.raises(measure.MeasureError, match="no measurements possible on this machine"):
+        measure.time_schedule(load_workload("NRM:0"), "cortex-a53")
+
+
+def test_time_schedule_gives_seconds_per_run():
+    secs = measure.time_schedule(load_workload("NRM:0"), "zen4", repeat=3, min_repeat_ms=5)
+    assert math.isfinite(secs) and 0 < secs < 1.0
+
+
+class NumpyOps:
+    """A reference for the operations the BERT layer uses (float64 numpy)."""
+
+    def dense(self, x, w, b):
+        return x @ w + b
+
+    def reshape(self, x, shape):
+        return x.reshape(shape)
+
+    def transpose(self, x, axes):
+        return x.transpose(axes)
+
+    def matmul(self, x, y):
+        return x @ y
+
+    def scale(self, x, factor):
+        return x * factor
+
+    def add(self, x, y):
+        return x + y
+
+    def softmax(self, x):
+        e = np.exp(x - x.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+
+    def gelu(self, x):
+        return 0.5 * x * (1 + special.erf(x / math.sqrt(2)))
+
+    def layer_norm(self, x, gamma, beta):
+        mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+        return (x - mu) / np.sqrt(var + 1e-5) * gamma + beta
+
+
+def test_bert_layer_built_with_relax_computes_what_numpy_does():
+    import tvm
+    from tvm import relax
+
+    mod = networks.relax_module("bert", seed=3)
+    ex = tvm.compile(mod, tvm.target.Target({"kind": "llvm", "num-cores": 2}))
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    x = networks.example_input("bert")
+    got = vm["main"](tvm.runtime.tensor(x, tvm.cpu())).numpy()
+    want = networks.NETWORKS["bert"].body(NumpyOps(), x.astype("float64"), networks._Weights(3))
+    assert got.shape == want.shape == networks.NETWORKS["bert"].input_shape
+    np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3)
+
+
+def test_resnet18_has_the_layers_of_resnet18():
+    mod = networks.relax_module("resnet18")
+    text = mod.script()
+    assert text.count("R.nn.conv2d(") == 20  # 17 3x3/7x7 convolutions + 3 projection shortcuts
+    assert text.count("R.matmul(") == 1  # the classifier
+    assert "R.Tensor((1, 1000)" in text
+    with pytest.raises(TunaError, match="unknown network 'vgg'"):
+        networks.relax_module("vgg")
+
+
+def test_pytorch_row_is_a_note_when_torch_is_missing():
+    if networks.torch_available():
+        pytest.skip("PyTorch is installed here")
+    from tuna.machine import preset
+
+    row = measure._torch_row("bert", preset("zen4"), 1, 0, None)
+    assert row.latency is None and "not installed" in row.note
+
+
+@pytest.mark.slow
+def test_collect_writes_a_pool_that_loads_and_ranks(tmp_path, capsys):
+    out = tmp_path / "NRM-0.json"
+    assert cli.main(["bench", "collect", "NRM:0", "--trials", "4", "--per-iter", "4", "-o", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert set(data) == {"workload", "target", "tune_seconds", "trials", "mod", "candidates"}
+    assert data["workload"] == ["NRM", 0] and data["trials"] == 4
+    assert all(set(c) == {"trace", "tuner_secs", "secs_a", "secs_b"} for c in data["candidates"])
+    pool = bench.load_pool(out)
+    assert len(pool) >= 1 and np.all(pool.secs_a > 0)
+    # the same format as the shipped pools: a shipped pool's keys, and `bench rank` takes it
+    shipped = json.loads(bench.shipped_pools()[0].read_text())
+    assert set(shipped) == set(data) and set(shipped["candidates"][0]) == set(data["candidates"][0])
+    results = bench.evaluate([pool], bench.baselines(), n_train=0)
+    assert {r.model for r in results} == {"random", "noise-ceiling"}
+    err = capsys.readouterr().err
+    assert "re-timing" in err and "secs_b" in err

@@ -1,0 +1,121 @@
+"""`tuna bench report`: BENCHMARKS.md and its figures from saved JSON, and the bench commands'
+answers to bad input. The JSON results below are SYNTHETIC (made up for the test, not measured)."""
+
+import json
+
+import pytest
+
+from tuna import bench, cli
+
+META = {"machine": {"model_name": "Synthetic CPU", "cores": 2, "tvm": "0.0"}, "target": "zen4",
+        "date": "2000-01-01 00:00 UTC", "command": "tuna bench ... (synthetic)", "seconds": 1.0}
+
+
+def _rank():
+    mean = {m: {**{k: v for k in bench.METRICS}, "seconds_per_candidate": None, "pools": 1}
+            for m, v in (("random", 0.5), ("tuna-ir", 0.75))}
+    results = [{"pool": "P-0", "model": m, **{k: row[k] for k in bench.METRICS}} for m, row in mean.items()]
+    predictions = {"tuna-ir": {"P-0": {"measured": [1e-5, 2e-5, 4e-5], "predicted": [2e-5, 3e-5, None]}}}
+    return {"metrics": list(bench.METRICS), "results": results, "mean": mean, "predictions": predictions,
+            "meta": META}
+
+
+def _tune():
+    rows = [{"workload": "GMM:1", "method": "tuna", "tune_seconds": 10.0, "trials": 8, "latency": 2e-4},
+            {"workload": "GMM:1", "method": "metaschedule@tuna-time", "tune_seconds": 10.0, "trials": 0,
+             "latency": None},
+            {"workload": "GMM:1", "method": "metaschedule", "tune_seconds": 40.0, "trials": 8, "latency": 1e-4}]
+    return {"rows": bench.with_ratios(rows, "workload", {"GMM:1": 5e-5}), "meta": META}
+
+
+def _network():
+    rows = [{"network": "bert", "method": "untuned", "tune_seconds": 0.0, "latency": 1.0, "note": ""},
+            {"network": "bert", "method": "tuna", "tune_seconds": 60.0, "latency": 0.25, "tasks": 11, "trials": 22},
+            {"network": "bert", "method": "pytorch", "tune_seconds": None, "latency": None,
+             "note": "skipped: PyTorch is not installed"}]
+    return {"rows": bench.with_ratios(rows, "network"), "meta": META}
+
+
+def test_ratios_are_to_the_fastest_of_each_group_and_to_the_reference():
+    rows = _tune()["rows"]
+    assert [r["ratio"] for r in rows] == [0.5, None, 1.0]
+    assert [r["ratio_to_reference"] for r in rows] == [0.25, None, 0.5]
+
+
+def test_report_from_saved_json_writes_markdown_and_figures(tmp_path, capsys):
+    paths = {}
+    for key, data in (("rank", _rank()), ("tune", _tune()), ("network", _network())):
+        paths[key] = tmp_path / f"{key}.json"
+        paths[key].write_text(json.dumps(data))
+    out = tmp_path / "BENCHMARKS.md"
+    code = cli.main(["bench", "report", "--rank", str(paths["rank"]), "--tune", str(paths["tune"]),
+                     "--network", str(paths["network"]), "--figures", str(tmp_path / "docs"), "-o", str(out)])
+    assert code == 0
+    text = out.read_text()
+    for key in ("rank", "tune", "network"):
+        png = tmp_path / "docs" / f"bench-{key}.png"
+        assert png.read_bytes().startswith(b"\x89PNG")
+        assert f"](docs/bench-{key}.png)" in text
+    assert "Synthetic CPU, 2 cores" in text
+    assert "| tuna-ir | 1 | 0.750 |" in text  # the rank means
+    assert "| GMM:1 | metaschedule@tuna-time | 0 | 10 s | - | - |" in text  # nothing measured in tuna's time
+    assert "skipped: PyTorch is not installed" in text
+    assert "scripts/benchmarks.sh" in text
+
+
+def test_report_with_only_some_sections_says_which_were_not_run(tmp_path):
+    paths = tmp_path / "rank.json"
+    paths.write_text(json.dumps(_rank()))
+    text = bench.benchmarks_markdown(_rank(), None, None, generated="(synthetic)", note="a synthetic page")
+    assert "**a synthetic page**" in text
+    assert text.count("Not run.") == 2
+    assert "## Ranking measured pools" in text
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["bench", "report", "--rank", "{missing}"], "do not exist"),
+        (["bench", "report", "--tune", "{not_tune}"], "is not the JSON of `tuna bench tune`"),
+        (["bench", "report", "--network", "{garbage}"], "are not JSON"),
+        (["bench", "rank", "{not_pool}"], "{not_pool}"),
+        (["bench", "collect", "NOPE:1", "-o", "{out}"], "unknown workload 'NOPE:1'"),
+        (["bench", "collect", "GMM:1", "--target", "graviton2", "-o", "{out}"],
+         "no measurements possible on this machine: graviton2 is a cross target"),
+        (["bench", "collect", "GMM:1", "--target", "v100", "-o", "{out}"], "no measurements possible on this machine"),
+        (["bench", "collect", "GMM:1", "-o", "{nodir}"], "does not exist"),
+        (["bench", "collect", "GMM:1", "-o", "{tmp}"], "is a directory"),
+        (["bench", "tune", "GMM:99"], "configurations"),
+        (["bench", "tune", "GMM:1", "--target", "cortex-a53"], "no measurements possible on this machine"),
+        (["bench", "network", "--models", "alexnet"], "unknown network 'alexnet'"),
+        (["bench", "network", "--models", "bert", "--methods", "onnx"], "unknown method(s) onnx"),
+        (["bench", "network", "--models", "bert", "--target", "graviton2"], "no measurements possible"),
+    ],
+)
+def test_bad_input_fails_with_a_clear_message(tmp_path, capsys, argv, message):
+    (tmp_path / "not_tune.json").write_text(json.dumps({"mean": {}}))
+    (tmp_path / "garbage.json").write_text("{")
+    (tmp_path / "not_pool.json").write_text(json.dumps({"format": "someone else's", "records": []}))
+    names = {"missing": tmp_path / "missing.json", "not_tune": tmp_path / "not_tune.json",
+             "garbage": tmp_path / "garbage.json", "not_pool": tmp_path / "not_pool.json",
+             "out": tmp_path / "pool.json", "nodir": tmp_path / "no" / "pool.json", "tmp": tmp_path}
+    argv = [a.format(**names) for a in argv]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tuna: error: ")
+    assert message.format(**names) in err
+    assert not (tmp_path / "pool.json").exists()
+
+
+def test_rank_writes_predictions_and_a_figure_beside_the_json(tmp_path, capsys):
+    pool = next(p for p in bench.shipped_pools() if p.stem == "NRM-0")  # the smallest shipped pool
+    out = tmp_path / "rank.json"
+    assert cli.main(["bench", "rank", str(pool), "--tiers", "ir", "--no-xgb", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    loaded = bench.load_pool(pool)
+    pred = data["predictions"]["tuna-ir"]["NRM-0"]
+    assert pred["measured"] == list(loaded.secs_a)
+    assert len(pred["predicted"]) == len(loaded)
+    assert any(p is not None and p > 0 for p in pred["predicted"])
+    assert data["meta"]["target"] == "zen4" and data["meta"]["machine"]["cores"] >= 1
+    assert (tmp_path / "rank.png").read_bytes().startswith(b"\x89PNG")

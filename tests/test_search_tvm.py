@@ -1,0 +1,146 @@
+"""tuna's ES on MetaSchedule design spaces: decisions, building, workers, Dask, tune_tir, resuming."""
+
+import itertools
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from tvm.s_tir import meta_schedule as ms
+
+import tuna
+from tuna import integration
+from tuna.integration import search
+from tuna.search import es
+
+
+@pytest.fixture(scope="module")
+def gmm():
+    mod = integration.load_workload("GMM:0")
+    spaces, ctx = search.design_spaces(mod, "zen4")
+    return mod, spaces, ctx
+
+
+@pytest.mark.parametrize("extent,parts,inner", [(1, 3, -1), (12, 2, -1), (64, 4, 16), (360, 3, 64), (7, 4, 1)])
+def test_factorizations_are_all_ordered_splits(extent, parts, inner):
+    brute = {f for f in itertools.product(range(1, extent + 1), repeat=parts)
+             if math.prod(f) == extent and (inner <= 0 or f[-1] <= inner)}
+    got = search.factorizations(extent, parts, inner)
+    assert len(got) == len(set(got)) and set(got) == brute
+
+
+def test_design_space_decisions_hold_their_legal_values(gmm):
+    _, spaces, _ = gmm
+    assert len(spaces.spaces) >= 1
+    kinds = {d.kind for s in spaces.spaces for d in s.decisions}
+    assert {"SamplePerfectTile", "SampleCategorical"} <= kinds
+    for space in spaces.spaces:
+        for d in space.decisions:
+            assert len(set(d.values)) == len(d.values) and 0 <= d.initial < len(d.values)
+            if d.kind == "SamplePerfectTile":
+                extent = math.prod(d.values[d.initial])
+                assert all(math.prod(v) == extent for v in d.values)
+                assert len(d.values) == len(search.factorizations(extent, len(d.values[0]), 64))
+
+
+def test_a_candidate_builds_with_its_decisions_and_the_postprocessors(gmm):
+    mod, spaces, ctx = gmm
+    space = spaces.spaces[0]
+    tiles = [i for i, d in enumerate(space.decisions) if d.kind == "SamplePerfectTile"]
+    choices = [d.initial for d in space.decisions]
+    choices[tiles[-1]] = (choices[tiles[-1]] + 1) % len(space.decisions[tiles[-1]].values)
+    trace = spaces.trace((0, *choices))
+    sch = search.build(mod, trace, ctx.space_generator.postprocs)
+    assert sch is not None
+    got = {int(i): v for i, v in integration._plain(sch.trace.as_json())[1]}
+    for d, k in zip(space.decisions, choices):
+        assert got[d.position] == search._json_value(d.values[k])
+    # The postprocessors turned MetaSchedule's annotations into real loop kinds.
+    raw = search.build(mod, trace, [])
+    assert "meta_schedule.parallel" in raw.mod.script()
+    assert "meta_schedule.parallel" not in sch.mod.script() and "T.parallel" in sch.mod.script()
+    assert search.worker_score(search.worker_setup(search.worker_spec(mod, ctx.space_generator.postprocs,
+                                                                      tuna.resolve("zen4"))), trace) > es.WORST
+
+
+def test_compute_locations_are_the_ones_tvm_keeps():
+    mod = integration.load_workload("SFM:0")
+    spaces, ctx = search.design_spaces(mod, "zen4")
+    locs = [(s, d) for s, space in enumerate(spaces.spaces) for d in space.decisions
+            if d.kind == "SampleComputeLocation"]
+    assert locs
+    s, dec = max(locs, key=lambda sd: len(sd[1].values))
+    assert len(dec.values) >= 2 and all(v >= -2 for v in dec.values)
+    space = spaces.spaces[s]
+    for k in range(len(dec.values)):
+        choices = [d.initial if d is not dec else k for d in space.decisions]
+        sch = search.build(mod, spaces.trace((s, *choices)), ctx.space_generator.postprocs)
+        assert sch is not None
+        assert {int(i): v for i, v in integration._plain(sch.trace.as_json())[1]}[dec.position] == dec.values[k]
+
+
+def test_workers_and_a_local_dask_cluster_find_what_one_process_finds():
+    mod = integration.load_workload("GMM:0")
+    runs = {}
+    for workers, cluster in [(1, None), (2, None), (1, "local:2")]:
+        _, found = search.search(mod, "zen4", max_evaluations=96, workers=workers, cluster=cluster, seed=5,
+                                 config=es.ESConfig(population=16))
+        runs[workers, cluster] = (found.best(10), found.state())
+    assert runs[1, None][0] and runs[1, None][0][0][1] > es.WORST
+    assert runs[1, None] == runs[2, None] == runs[1, "local:2"]
+
+
+@pytest.mark.parametrize("model", [pytest.param("tuna", marks=pytest.mark.slow), "random"])
+def test_tune_tir_takes_the_es_strategy_with_any_cost_model(tmp_path, model):
+    mod = integration.load_workload("GMM:0")
+    tgt = integration.tvm_target(tuna.resolve("zen4"))
+    cost_model = tuna.TunaCostModel("zen4") if model == "tuna" else ms.cost_model.RandomModel(seed=0)
+    lines = []
+    strategy = tuna.ESSearch(16, 2, seed=1, progress=lines.append)
+    database = ms.tune_tir(mod, tgt, str(tmp_path), max_trials_global=8, num_trials_per_iter=4,
+                           cost_model=cost_model, runner=tuna.StaticRunner("zen4"), builder=tuna.StaticBuilder(),
+                           strategy=strategy, num_tuning_cores=1, seed=1)
+    records = database.get_all_tuning_records()
+    assert len(records) == 8 and all(r.run_secs for r in records)
+    assert len({json.dumps(integration._plain(r.trace.as_json())) for r in records}) == 8
+    assert ms.tir_integration.compile_tir(database, mod, tgt) is not None
+    assert lines and lines[-1].es.evaluations > 0 and {p.measured for p in lines} == {0, 4}
+    if model == "tuna":
+        assert lines[-1].best_seconds is not None and lines[-1].es.candidates_per_second > 0
+
+
+def _records(work_dir):
+    path = work_dir / "database_tuning_record.json"
+    if not path.exists():
+        return []
+    return [json.dumps(json.loads(line)[1][0]) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.mark.slow
+def test_an_interrupted_run_resumes_from_its_work_dir_and_loses_nothing(tmp_path):
+    code = ("import tuna, sys; tuna.tune('GMM:0', 'zen4', sys.argv[1], max_trials=16, num_trials_per_iter=4, "
+            "population_size=32, search='es', workers=2)")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 400
+        while len(_records(tmp_path)) < 5 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.5)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the run and its workers, as a power cut would
+        proc.wait()
+    before = _records(tmp_path)
+    assert 5 <= len(before) < 16, "the first run should be stopped part-way"
+    assert (tmp_path / search.STATE_FILE).exists()
+
+    result = tuna.tune("GMM:0", "zen4", tmp_path, max_trials=16, num_trials_per_iter=4, population_size=32,
+                       search="es", workers=2)
+    after = _records(tmp_path)
+    assert set(before) <= set(after)
+    assert len(after) == len(set(after)) == 16  # nothing measured twice, nothing lost
+    assert result.trials == 16 - len(before)  # only the rest ran
+    assert result.schedule is not None

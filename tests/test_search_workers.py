@@ -1,0 +1,97 @@
+"""Worker processes and Dask: same scores as in-process, and faults cost only their candidates."""
+
+import os
+import time
+
+import pytest
+
+from tuna.errors import TunaError
+from tuna.search import es, workers
+
+# Payloads are ints; the scoring functions live at module level so workers can import them.
+
+
+def setup_offset(offset):
+    return {"offset": offset, "pid": os.getpid()}
+
+
+def score_plain(state, payload):
+    return float(payload * payload + state["offset"])
+
+
+def score_faulty(state, payload):
+    """Crashes its process on multiples of 7, hangs on multiples of 11, raises on multiples of 13."""
+    if payload % 7 == 0:
+        os._exit(3)
+    if payload % 11 == 0:
+        time.sleep(60)
+    if payload % 13 == 0:
+        raise ValueError("cannot score this one")
+    return score_plain(state, payload)
+
+
+def setup_broken(_):
+    raise RuntimeError("no workload here")
+
+
+PAYLOADS = list(range(1, 40))
+
+
+def test_process_pool_scores_as_this_process_does():
+    serial = workers.SerialEvaluator(setup_offset, score_plain, 0.5)
+    with workers.ProcessPool(setup_offset, score_plain, 0.5, workers=2) as pool:
+        assert pool(PAYLOADS) == serial(PAYLOADS)
+        assert pool([]) == []
+
+
+def test_a_crash_a_hang_or_an_error_costs_only_its_candidate():
+    with workers.ProcessPool(setup_offset, score_faulty, 0.0, workers=2, timeout=2.0) as pool:
+        start = time.monotonic()
+        scores = pool(PAYLOADS)
+        elapsed = time.monotonic() - start
+        for p, s in zip(PAYLOADS, scores):
+            if p % 7 == 0 or p % 11 == 0 or p % 13 == 0:
+                assert s == es.WORST, p
+            else:
+                assert s == score_plain({"offset": 0.0}, p), p
+        assert pool.crashed == sum(p % 7 == 0 for p in PAYLOADS)
+        assert pool.timed_out == sum(p % 11 == 0 and p % 7 != 0 for p in PAYLOADS)
+        assert elapsed < 30  # three hangs of 2 s each, not of 60 s
+        # The pool goes on after the faults, with fresh workers.
+        assert pool([2, 3]) == [4.0, 9.0]
+
+
+def test_a_search_goes_on_through_faulty_candidates():
+    space = es.SearchSpace(((6, 6, 6),))
+    search = es.EvolutionStrategies(space, es.ESConfig(population=8), seed=0)
+    with workers.ProcessPool(setup_offset, score_faulty, 0.0, workers=2, timeout=2.0) as pool:
+        best = es.run(search, lambda cands: pool([1 + c[1] + 6 * c[2] + 36 * c[3] for c in cands]), 40)
+    assert best and all((1 + c[1] + 6 * c[2] + 36 * c[3]) % 7 for c, _ in best)
+
+
+def test_a_worker_that_cannot_set_up_is_an_error():
+    with pytest.raises(TunaError, match="could not set up"):
+        with workers.ProcessPool(setup_broken, score_plain, None, workers=1) as pool:
+            pool([1])
+
+
+def test_cluster_addresses():
+    assert workers.parse_cluster("local:3") == ("local", 3)
+    assert workers.parse_cluster("tcp://127.0.0.1:8786") == ("remote", "tcp://127.0.0.1:8786")
+    for bad in ("local:x", "local:0", "somehost:8786"):
+        with pytest.raises(TunaError):
+            workers.parse_cluster(bad)
+
+
+def test_dask_local_cluster_gives_the_single_process_search():
+    space = es.SearchSpace(((12, 12, 5), (30, 4)))
+
+    def search(evaluate):
+        s = es.EvolutionStrategies(space, es.ESConfig(population=16), seed=7)
+        return es.run(s, lambda cands: evaluate([c[0] * 1000 + sum(c[1:]) - 2 * c[1] for c in cands]), 120)
+
+    serial = search(workers.SerialEvaluator(setup_offset, score_plain, 0.0))
+    with workers.DaskEvaluator("local:2", setup_offset, score_plain, 0.0) as dask_eval:
+        assert dask_eval.workers >= 2
+        distributed = search(dask_eval)
+    assert distributed == serial

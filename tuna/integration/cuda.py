@@ -1,0 +1,343 @@
+"""The TVM side of the GPU full tier: CUDA C, launch shapes and shared-memory addresses.
+
+A scheduled module is lowered with TVM's own TIR pipeline for the CUDA target, split into
+host and device functions as ``tvm.compile`` does, and the device functions go through
+TVM's CUDA code generator; no GPU and no CUDA-enabled TVM are needed. From each lowered
+device function come its launch shape (the ``thread_extent`` attributes) and the byte
+addresses the first warp touches in every shared-memory access (its indices evaluated
+for threads 0-31, loops at their first iteration), for the bank-conflict model. The CUDA
+C goes to nvcc (:mod:`tuna.gpu.nvcc`) for PTX and ptxas' register counts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import tvm
+from tvm.target import Target
+
+from ..errors import AnalysisError, TunaError
+from ..gpu import nvcc
+from ..gpu import ptx as ptx_parser
+from ..gpu.banks import WarpAccess
+from ..gpu.full_tier import CompiledKernel, GpuCode, timing
+from ..machine import Machine
+
+
+class _UnknownError(Exception):
+    """An expression the first-warp evaluator cannot give a value."""
+
+
+def lower(mod: tvm.IRModule, target: Target) -> tuple[tvm.IRModule, str]:
+    """The lowered device functions of a scheduled module and their CUDA C.
+
+    Raises
+    ------
+    AnalysisError
+        When TVM cannot lower the module or generate CUDA for it.
+    """
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+    from tvm.tirx.build import codegen_build, split_host_device_mods
+
+    try:
+        mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
+        host = Target("llvm") if tvm.runtime.enabled("llvm") else Target("c")
+        mod = tvm.tirx.transform.BindTarget(target.with_host(host))(mod)
+        pipeline, _, finalize_device = tvm.tirx.get_default_tir_pipeline(target)
+        mod = pipeline(mod)
+        _, devices = split_host_device_mods(mod)
+        if not devices:
+            raise AnalysisError("the candidate lowered to no device function")
+        (dev_target, device), *_ = devices.items()
+        device = finalize_device()(device)
+        source = codegen_build(device, dev_target).inspect_source("cuda")
+    except TunaError:
+        raise
+    except Exception as err:
+        raise AnalysisError(f"TVM could not generate CUDA for the candidate: {type(err).__name__}: {err}") from err
+    return device, source
+
+
+# ---------------------------------------------------------------------------------------
+# The first warp's indices
+# ---------------------------------------------------------------------------------------
+
+_BINARY: dict[str, Callable[[Any, Any], Any]] = {
+    "Add": np.add,
+    "Sub": np.subtract,
+    "Mul": np.multiply,
+    "FloorDiv": np.floor_divide,
+    "FloorMod": np.mod,
+    "Div": lambda a, b: np.trunc(np.divide(a, b)).astype(np.int64),
+    "Mod": np.fmod,
+    "Min": np.minimum,
+    "Max": np.maximum,
+    "RShift": np.right_shift,
+    "LShift": np.left_shift,
+    "BitwiseAnd": np.bitwise_and,
+    "BitwiseOr": np.bitwise_or,
+    "BitwiseXor": np.bitwise_xor,
+    "EQ": np.equal,
+    "NE": np.not_equal,
+    "LT": np.less,
+    "LE": np.less_equal,
+    "GT": np.greater,
+    "GE": np.greater_equal,
+    "And": np.logical_and,
+    "Or": np.logical_or,
+}
+_CALLS = {
+    "shift_right": np.right_shift,
+    "shift_left": np.left_shift,
+    "bitwise_and": np.bitwise_and,
+    "bitwise_or": np.bitwise_or,
+    "bitwise_xor": np.bitwise_xor,
+}
+
+
+def _value(expr, env: dict) -> Any:
+    """An integer expression for the first warp: an int or an int array over its threads."""
+    kind = type(expr).__name__
+    if kind == "IntImm":
+        return int(expr.value)
+    if kind == "Var":
+        if expr not in env:
+            raise _UnknownError(str(expr))
+        return env[expr]
+    if kind in _BINARY:
+        return _BINARY[kind](np.asarray(_value(expr.a, env)), np.asarray(_value(expr.b, env)))
+    if kind == "Cast":
+        return _value(expr.value, env)
+    if kind == "Select":
+        return np.where(_value(expr.condition, env), _value(expr.true_value, env), _value(expr.false_value, env))
+    if kind == "Call":
+        name = str(getattr(expr.op, "name", expr.op)).rsplit(".", 1)[-1]
+        if name in _CALLS:
+            return _CALLS[name](np.asarray(_value(expr.args[0], env)), np.asarray(_value(expr.args[1], env)))
+        if name == "if_then_else":
+            cond, a, b = (_value(x, env) for x in expr.args)
+            return np.where(cond, a, b)
+    if kind == "Let":
+        inner = dict(env)
+        inner[expr.var] = _value(expr.value, env)
+        return _value(expr.body, inner)
+    raise _UnknownError(kind)
+
+
+def _bytes(dtype) -> int:
+    t = tvm.DataType(str(dtype))
+    return max(1, t.bits * t.lanes // 8)
+
+
+def _addresses(index, env: dict, elem_bytes: int, warp: int) -> tuple[tuple[int, ...], ...]:
+    """Byte addresses each thread of the warp touches through a flat index (a Ramp for vectors)."""
+    if type(index).__name__ == "Ramp":
+        base = np.broadcast_to(np.asarray(_value(index.base, env)), (warp,))
+        stride = int(np.asarray(_value(index.stride, env)).flat[0])
+        lanes = int(index.lanes)
+        return tuple(tuple(int(b + stride * k) * elem_bytes for k in range(lanes)) for b in base)
+    base = np.broadcast_to(np.asarray(_value(index, env)), (warp,))
+    return tuple((int(b) * elem_bytes,) for b in base)
+
+
+def _loads(expr):
+    """Every buffer load inside an expression."""
+    stack = [expr]
+    while stack:
+        e = stack.pop()
+        kind = type(e).__name__
+        if kind in ("TensorLoad", "BufferLoad"):
+            yield e
+        for name in ("a", "b", "value", "condition", "true_value", "false_value", "base", "stride", "body"):
+            child = getattr(e, name, None)
+            if child is not None and not isinstance(child, (int, float, str)) and hasattr(child, "same_as"):
+                stack.append(child)
+        for name in ("args", "indices"):
+            children = getattr(e, name, None)
+            if children is not None:
+                stack.extend(c for c in children if hasattr(c, "same_as"))
+
+
+class _Walker:
+    """Walks one lowered device function: launch shape and shared accesses of the first warp."""
+
+    def __init__(self, warp_size: int) -> None:
+        self.warp_size = warp_size
+        self.dims: dict[str, int] = {}
+        self.accesses: list[WarpAccess] = []
+        self.dynamic_shared = 0
+        self.skipped = 0
+
+    def extents(self, stmt) -> None:
+        kind = type(stmt).__name__
+        if kind == "AttrStmt" and str(stmt.attr_key) == "thread_extent":
+            tag = str(stmt.node.thread_tag)
+            self.dims[tag] = max(self.dims.get(tag, 1), int(stmt.value.value))
+        if kind == "AllocBuffer" and str(stmt.buffer.scope()) == "shared.dyn":
+            self.dynamic_shared += math.prod(int(s) for s in stmt.buffer.shape) * _bytes(stmt.buffer.dtype)
+        for child in self._children(stmt):
+            self.extents(child)
+
+    @staticmethod
+    def _children(stmt):
+        if type(stmt).__name__ == "SeqStmt":
+            return list(stmt.seq)
+        out = []
+        for name in ("body", "then_case", "else_case"):
+            child = getattr(stmt, name, None)
+            if child is not None and type(child).__name__ not in ("NoneType",) and hasattr(child, "same_as"):
+                out.append(child)
+        return out
+
+    def thread_values(self) -> dict[str, np.ndarray]:
+        """threadIdx.x/y/z of the first warp's threads (x varies fastest)."""
+        x, y = self.dims.get("threadIdx.x", 1), self.dims.get("threadIdx.y", 1)
+        z = self.dims.get("threadIdx.z", 1)
+        n = min(self.warp_size, x * y * z)
+        ids = np.arange(n, dtype=np.int64)
+        return {"threadIdx.x": ids % x, "threadIdx.y": (ids // x) % y, "threadIdx.z": ids // (x * y)}
+
+    def _record(self, buf, indices, write: bool, env: dict, executions: float) -> None:
+        scope = str(buf.scope())
+        if not scope.startswith("shared") or len(indices) != 1:
+            return
+        n = len(next(iter(self.threads.values())))
+        try:
+            addrs = _addresses(indices[0], env, _bytes(buf.dtype), n)
+        except (_UnknownError, TypeError, ValueError):
+            self.skipped += 1
+            return
+        self.accesses.append(WarpAccess(str(buf.name), write, addrs, _bytes(buf.dtype), executions))
+
+    def walk(self, stmt, env: dict, executions: float) -> None:
+        kind = type(stmt).__name__
+        if kind == "SeqStmt":
+            for child in stmt.seq:
+                self.walk(child, env, executions)  # a Bind holds for the rest of its sequence
+            return
+        if kind == "AttrStmt" and str(stmt.attr_key) == "thread_extent":
+            inner = dict(env)
+            tag = str(stmt.node.thread_tag)
+            inner[stmt.node.var] = self.threads.get(tag, 0)
+            self.walk(stmt.body, inner, executions)
+            return
+        if kind in ("Bind", "LetStmt"):
+            try:
+                env[stmt.var] = _value(stmt.value, env)
+            except (_UnknownError, TypeError, ValueError):
+                env.pop(stmt.var, None)
+            if kind == "LetStmt":
+                self.walk(stmt.body, env, executions)
+            return
+        if kind == "For":
+            inner = dict(env)
+            inner[stmt.loop_var] = int(stmt.min.value) if type(stmt.min).__name__ == "IntImm" else 0
+            extent = int(stmt.extent.value) if type(stmt.extent).__name__ == "IntImm" else 1
+            self.walk(stmt.body, inner, executions * extent)
+            return
+        if kind == "BufferStore":
+            for load in _loads(stmt.value):
+                buf = load.source if hasattr(load, "source") else load.buffer
+                self._record(buf, load.indices, False, env, executions)
+            self._record(stmt.buffer, stmt.indices, True, env, executions)
+            return
+        for child in self._children(stmt):
+            self.walk(child, dict(env) if kind != "AttrStmt" else env, executions)
+
+    def run(self, func) -> None:
+        self.extents(func.body)
+        self.threads = self.thread_values()
+        self.walk(func.body, {}, 1.0)
+
+
+def device_kernels(device: tvm.IRModule, warp_size: int = 32) -> dict[str, _Walker]:
+    """Launch shape and first-warp shared accesses of each lowered device function, by kernel name."""
+    out = {}
+    for gv, func in device.functions.items():
+        if not isinstance(func, tvm.tirx.PrimFunc):
+            continue
+        name = str(func.attrs.get("global_symbol", gv.name_hint)) if func.attrs else gv.name_hint
+        walker = _Walker(warp_size)
+        walker.run(func)
+        out[name] = walker
+    return out
+
+
+def gpu_code(mod: tvm.IRModule, machine: Machine, target: Target) -> GpuCode:
+    """Compile a scheduled module for the GPU ``machine``: PTX, ptxas' resources and the TIR facts.
+
+    Raises
+    ------
+    TunaError
+        When nvcc is missing (the message says how to get it).
+    AnalysisError
+        When TVM, nvcc or ptxas fail on the candidate.
+    """
+    tool = nvcc.require_nvcc()
+    tab = timing(machine)
+    arch = nvcc.choose_arch(str(machine.target["arch"]), tab.fallback_arch, tool)
+    device, source = lower(mod, target)
+    compiled = nvcc.compile_cuda(source, arch, tool)
+    walkers = device_kernels(device, machine.gpu.warp_size)
+    kernels = []
+    for kernel in ptx_parser.parse(compiled.ptx):
+        walker = walkers.get(kernel.name)
+        res = compiled.resources.get(kernel.name)
+        if walker is None or res is None:
+            raise AnalysisError(f"PTX kernel {kernel.name} has no lowered TIR function or no ptxas report")
+        blocks = math.prod(v for k, v in walker.dims.items() if k.startswith("blockIdx"))
+        threads = math.prod(v for k, v in walker.dims.items() if k.startswith("threadIdx"))
+        kernels.append(
+            CompiledKernel(kernel, res.registers, res.shared_bytes + walker.dynamic_shared, blocks, threads,
+                           tuple(walker.accesses), res.spill_bytes)
+        )
+    return GpuCode(tuple(kernels), arch, compiled.nvcc_seconds)
+
+
+def sample_candidates(mod: tvm.IRModule, target: Target, count: int, seed: int = 1,
+                      max_tries: int | None = None) -> list:
+    """Random valid schedules from MetaSchedule's design space for ``target``.
+
+    As the evolutionary search draws its initial population: a design-space sketch with
+    its sampling decisions drawn anew, then MetaSchedule's postprocessors (cooperative
+    fetch, unrolling, GPU code verification); schedules a postprocessor rejects are
+    dropped.
+
+    Parameters
+    ----------
+    mod : IRModule
+        The workload.
+    target : Target
+        A CUDA target.
+    count : int
+        Schedules wanted.
+    seed : int
+        First random seed; tries use ``seed``, ``seed + 1``, ...
+    max_tries : int, optional
+        Give up after this many draws (default ``200 * count``).
+
+    Returns
+    -------
+    list of s_tir.Schedule
+        At most ``count`` schedules.
+    """
+    from tvm import s_tir
+    from tvm.s_tir import meta_schedule as ms
+
+    context = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply",
+                             search_strategy="evolutionary", num_threads=1, rand_state=seed)
+    generator = context.space_generator
+    sketches = generator.generate_design_space(mod)
+    out: list = []
+    for n in range(max_tries or 200 * count):
+        if len(out) >= count:
+            break
+        sketch = sketches[n % len(sketches)]
+        sch = s_tir.Schedule(mod, seed=seed + n)
+        s_tir.Trace(sketch.trace.insts, {}).apply_to_schedule(sch, remove_postproc=True)
+        if all(p.apply(sch) for p in generator.postprocs):
+            out.append(sch)
+    return out

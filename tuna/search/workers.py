@@ -1,0 +1,469 @@
+"""Evaluating a population in parallel: in this process, in worker processes, or on Dask.
+
+Every evaluator scores a batch of JSON-able payloads (for tuna: traces as JSON) with a
+pair of module-level functions named by the caller::
+
+    state = setup(setup_arg)      # once per worker: parse the workload, build postprocs ...
+    score = score_fn(state, payload)
+
+so that nothing but the payloads and, once per worker, ``setup_arg`` crosses a process or
+machine boundary. A payload whose scoring raises, crashes its worker or runs past the time
+limit scores :data:`WORST`; the other payloads of the batch are not affected.
+
+This module and :mod:`tuna.search.processes` are the only places tuna starts processes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import multiprocessing
+import os
+import pickle
+import time
+from collections.abc import Callable, Sequence
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+from ..errors import TunaError
+from .es import WORST
+
+logger = logging.getLogger("tuna")
+
+Setup = Callable[[Any], Any]
+Score = Callable[[Any, Any], float]
+
+#: Environment for worker processes: one thread each, the pool is the parallelism.
+_WORKER_ENV = {"TVM_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def _safe_score(score_fn: Score, state: Any, payload: Any) -> float:
+    try:
+        value = float(score_fn(state, payload))
+    except Exception as err:  # a candidate that cannot be scored is the worst, not an error
+        logger.debug("tuna search: a candidate failed to score: %s", err)
+        return WORST
+    return value if math.isfinite(value) else WORST
+
+
+class SerialEvaluator:
+    """Scores payloads one after another in this process.
+
+    Parameters
+    ----------
+    setup, score_fn : callable
+        See the module docstring.
+    setup_arg
+        Passed to ``setup`` once, on first use.
+    """
+
+    workers = 1
+
+    def __init__(self, setup: Setup, score_fn: Score, setup_arg: Any) -> None:
+        self._setup, self._score, self._arg = setup, score_fn, setup_arg
+        self._state: Any = None
+        self._ready = False
+
+    def __call__(self, payloads: Sequence[Any]) -> list[float]:
+        if not self._ready:
+            self._state, self._ready = self._setup(self._arg), True
+        return [_safe_score(self._score, self._state, p) for p in payloads]
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    def __enter__(self) -> SerialEvaluator:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+# ---------------------------------------------------------------------------------------
+# Worker processes
+# ---------------------------------------------------------------------------------------
+
+
+def _worker_main(conn: Connection, setup: Setup, score_fn: Score, setup_arg: Any) -> None:
+    """Body of one worker process: set up, then score payloads until told to stop."""
+    try:
+        state = setup(setup_arg)
+    except BaseException as err:  # report and leave: the parent turns this into an error
+        conn.send(("setup-failed", f"{type(err).__name__}: {err}"))
+        return
+    conn.send(("ready", None))
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg is None:
+            return
+        task, payload = msg
+        conn.send((task, _safe_score(score_fn, state, payload)))
+
+
+class _Worker:
+    """One worker process and its end of the pipe."""
+
+    def __init__(self, ctx, setup: Setup, score_fn: Score, setup_arg: Any) -> None:
+        self.conn, child = ctx.Pipe(duplex=True)
+        self.process = ctx.Process(target=_worker_main, args=(child, setup, score_fn, setup_arg), daemon=True)
+        saved = {k: os.environ.get(k) for k in _WORKER_ENV}
+        os.environ.update(_WORKER_ENV)  # spawned children copy the environment at start
+        try:
+            self.process.start()
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        child.close()
+        self.ready = False
+        self.task: int | None = None
+        self.started = 0.0
+
+    def stop(self, kill: bool = False) -> None:
+        if kill:
+            self.process.kill()
+        else:
+            try:
+                self.conn.send(None)
+            except (OSError, ValueError):
+                pass
+        self.process.join(timeout=5)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(timeout=5)
+        self.conn.close()
+
+
+class ProcessPool:
+    """Scores payloads in ``workers`` processes, one payload per worker at a time.
+
+    Parameters
+    ----------
+    setup, score_fn : callable
+        Module-level functions (they are sent to the workers by reference).
+    setup_arg
+        Sent to each worker once, at its start.
+    workers : int
+        Worker processes.
+    timeout : float
+        Seconds one payload may take; a worker past it is killed and replaced, and its
+        payload scores :data:`WORST`.
+    setup_timeout : float
+        Seconds a worker may take to start and set up.
+
+    Notes
+    -----
+    Workers are started with the ``spawn`` method (the parent may hold TVM's threads,
+    which ``fork`` would copy in an unusable state) and stay up between batches. A worker
+    that dies (segfault, ``os._exit``, out of memory) costs only the payload it held; a
+    new one takes its place. Use as a context manager, or call :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        setup: Setup,
+        score_fn: Score,
+        setup_arg: Any,
+        workers: int = 2,
+        timeout: float = 60.0,
+        setup_timeout: float = 300.0,
+    ) -> None:
+        if workers < 1:
+            raise TunaError(f"need at least one worker process, not {workers}")
+        self.workers = workers
+        self.timeout, self.setup_timeout = timeout, setup_timeout
+        self._args = (setup, score_fn, setup_arg)
+        self._ctx = multiprocessing.get_context("spawn")
+        self._pool: list[_Worker] = []
+        self.crashed = 0
+        self.timed_out = 0
+
+    def _spawn(self) -> _Worker:
+        worker = _Worker(self._ctx, *self._args)
+        worker.started = time.monotonic()
+        return worker
+
+    def start(self) -> None:
+        """Start the workers and wait until every one has set up.
+
+        Raises
+        ------
+        TunaError
+            When a worker's setup fails or takes longer than ``setup_timeout``.
+        """
+        while len(self._pool) < self.workers:
+            self._pool.append(self._spawn())
+        for w in self._pool:
+            if not w.ready:
+                self._await_ready(w)
+
+    def _await_ready(self, w: _Worker) -> None:
+        if not w.conn.poll(self.setup_timeout):
+            w.stop(kill=True)
+            raise TunaError(f"a search worker did not set up within {self.setup_timeout:g} s")
+        try:
+            kind, detail = w.conn.recv()
+        except (EOFError, OSError):
+            kind, detail = "setup-failed", f"the worker died (exit code {w.process.exitcode})"
+        if kind != "ready":
+            w.stop(kill=True)
+            raise TunaError(f"a search worker could not set up: {detail}")
+        w.ready = True
+
+    def _replace(self, w: _Worker) -> _Worker:
+        w.stop(kill=True)
+        fresh = self._spawn()
+        self._pool[self._pool.index(w)] = fresh
+        self._await_ready(fresh)
+        return fresh
+
+    def __call__(self, payloads: Sequence[Any]) -> list[float]:
+        self.start()
+        results: list[float | None] = [None] * len(payloads)
+        pending = list(range(len(payloads)))[::-1]
+        busy: dict[Connection, _Worker] = {}
+
+        def feed(w: _Worker) -> None:
+            if pending:
+                w.task = pending.pop()
+                w.started = time.monotonic()
+                w.conn.send((w.task, payloads[w.task]))
+                busy[w.conn] = w
+
+        for w in list(self._pool):
+            feed(w)
+        while busy:
+            deadline = min(w.started for w in busy.values()) + self.timeout
+            ready = wait(list(busy) + [w.process.sentinel for w in busy.values()],
+                         timeout=max(0.0, deadline - time.monotonic()))
+            for w in list(busy.values()):
+                if w.conn in ready and w.conn.poll():
+                    try:
+                        task, score = w.conn.recv()
+                    except (EOFError, OSError):
+                        task, score = None, None
+                    if task is not None:
+                        results[task] = score
+                        del busy[w.conn]
+                        w.task = None
+                        feed(w)
+                        continue
+                if not w.process.is_alive() or w.process.sentinel in ready:
+                    w.process.join(timeout=1)  # for its exit code
+                    self.crashed += 1
+                    logger.warning("tuna search: a worker died (exit code %s) scoring candidate %d; "
+                                   "it scores worst", w.process.exitcode, w.task)
+                elif time.monotonic() - w.started > self.timeout:
+                    self.timed_out += 1
+                    logger.warning("tuna search: candidate %d ran past %g s; it scores worst", w.task, self.timeout)
+                else:
+                    continue
+                results[w.task] = WORST
+                del busy[w.conn]
+                feed(self._replace(w))
+        return [WORST if r is None else r for r in results]
+
+    def close(self) -> None:
+        """Stop the workers."""
+        for w in self._pool:
+            w.stop()
+        self._pool.clear()
+
+    def __enter__(self) -> ProcessPool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: nothing left to do
+            pass
+
+
+# ---------------------------------------------------------------------------------------
+# Dask distributed
+# ---------------------------------------------------------------------------------------
+
+_DASK_STATE: dict[str, Any] = {}
+
+
+def _dask_score(setup: Setup, score_fn: Score, key: str, setup_arg: Any, payload: Any) -> float:
+    """Runs on a Dask worker: set up once per worker process and key, then score."""
+    state = _DASK_STATE.get(key)
+    if state is None:
+        for k in list(_DASK_STATE):  # one workload at a time per worker
+            del _DASK_STATE[k]
+        state = _DASK_STATE[key] = setup(setup_arg)
+    return _safe_score(score_fn, state, payload)
+
+
+def parse_cluster(address: str) -> tuple[str, int | str]:
+    """Split a cluster address into ``("local", n_workers)`` or ``("remote", address)``.
+
+    Raises
+    ------
+    TunaError
+        For an address that is neither ``local:N`` nor a scheduler address.
+    """
+    if address.startswith("local"):
+        _, _, count = address.partition(":")
+        try:
+            n = int(count or 2)
+        except ValueError:
+            raise TunaError(f"cluster {address!r}: write local:N with N the number of worker processes") from None
+        if n < 1:
+            raise TunaError(f"cluster {address!r}: need at least one worker")
+        return "local", n
+    if "://" not in address:
+        raise TunaError(f"cluster {address!r}: give a scheduler address such as tcp://127.0.0.1:8786, or local:N")
+    return "remote", address
+
+
+class DaskEvaluator:
+    """Scores payloads on a Dask distributed cluster.
+
+    Parameters
+    ----------
+    address : str
+        ``tcp://host:port`` (or ``tls://...``) of a running scheduler, or ``local:N`` to start
+        a ``LocalCluster`` of N single-threaded worker processes bound to 127.0.0.1.
+    setup, score_fn : callable
+        Module-level functions, importable on the workers (tuna installed there).
+    setup_arg
+        Scattered to the workers once per evaluator.
+    timeout : float
+        Seconds per payload; a batch waits at most ``timeout`` times its payloads per
+        worker, and what is unfinished then scores :data:`WORST` (the workers that held
+        it are restarted, as Dask cannot stop a running task otherwise).
+    security : distributed.Security, optional
+        TLS settings for a remote scheduler (see README.md, "Securing a cluster").
+
+    Notes
+    -----
+    A payload that kills its worker is retried by Dask on another worker up to the
+    scheduler's ``allowed-failures``; for a local cluster that is set to 0, so it costs one
+    worker restart. Either way it then scores :data:`WORST`.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        setup: Setup,
+        score_fn: Score,
+        setup_arg: Any,
+        timeout: float = 60.0,
+        security: Any = None,
+    ) -> None:
+        import dask
+        from distributed import Client, LocalCluster
+
+        kind, where = parse_cluster(address)
+        self.timeout = timeout
+        self._cluster = None
+        if kind == "local":
+            with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+                self._cluster = LocalCluster(
+                    n_workers=int(where),
+                    threads_per_worker=1,
+                    processes=True,
+                    host="127.0.0.1",
+                    dashboard_address=None,
+                    env=dict(_WORKER_ENV),
+                )
+            self._client = Client(self._cluster)
+        else:
+            try:
+                self._client = Client(str(where), security=security, timeout=30)
+            except Exception as err:
+                raise TunaError(f"cannot reach the Dask scheduler at {where}: {err}") from err
+        self._key = hashlib.sha256(pickle.dumps((setup, score_fn, setup_arg))).hexdigest()[:16]
+        self._fns = (setup, score_fn)
+        self._arg = self._client.scatter(setup_arg, broadcast=True)
+        self.timed_out = 0
+        self.failed = 0
+
+    @property
+    def workers(self) -> int:
+        """Worker threads the scheduler knows of now."""
+        return max(1, sum(w.get("nthreads", 1) for w in self._client.scheduler_info()["workers"].values()))
+
+    def __call__(self, payloads: Sequence[Any]) -> list[float]:
+        from distributed import wait as dask_wait
+
+        if not payloads:
+            return []
+        setup, score_fn = self._fns
+        futures = self._client.map(_dask_score, [setup] * len(payloads), [score_fn] * len(payloads),
+                                   [self._key] * len(payloads), [self._arg] * len(payloads), list(payloads),
+                                   pure=False)
+        per_worker = math.ceil(len(payloads) / self.workers)
+        done, not_done = dask_wait(futures, timeout=self.timeout * per_worker + 30, return_when="ALL_COMPLETED")
+        out = []
+        for fut in futures:
+            if fut in done and fut.status == "finished":
+                out.append(float(fut.result()))
+            else:
+                if fut.status == "error":
+                    self.failed += 1
+                    logger.warning("tuna search: a Dask task failed (%s); it scores worst", fut.exception())
+                out.append(WORST)
+        if not_done:
+            self.timed_out += len(not_done)
+            logger.warning("tuna search: %d candidates ran past the time limit on Dask; they score worst",
+                           len(not_done))
+            keys = {f.key for f in not_done}
+            stuck = [addr for addr, held in self._client.processing().items() if keys & set(held)]
+            self._client.cancel(list(not_done))
+            if stuck:
+                try:
+                    self._client.restart_workers(stuck)
+                except Exception as err:  # a scheduler that cannot restart: the tasks stay cancelled
+                    logger.warning("tuna search: could not restart stuck Dask workers: %s", err)
+        return out
+
+    def close(self) -> None:
+        """Close the client, and the local cluster if this evaluator started one."""
+        self._client.close()
+        if self._cluster is not None:
+            self._cluster.close()
+
+    def __enter__(self) -> DaskEvaluator:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def make_evaluator(
+    setup: Setup,
+    score_fn: Score,
+    setup_arg: Any,
+    *,
+    workers: int = 1,
+    cluster: str | None = None,
+    timeout: float = 60.0,
+) -> SerialEvaluator | ProcessPool | DaskEvaluator:
+    """The evaluator for a run: Dask when ``cluster`` is given, else processes, else this process.
+
+    Parameters
+    ----------
+    workers : int
+        Worker processes on this machine (1: score in this process, no process is started).
+    cluster : str, optional
+        A Dask scheduler address or ``local:N`` (see :class:`DaskEvaluator`).
+    timeout : float
+        Seconds per candidate (not enforced in this process, where nothing can stop it).
+    """
+    if cluster:
+        return DaskEvaluator(cluster, setup, score_fn, setup_arg, timeout=timeout)
+    if workers > 1:
+        return ProcessPool(setup, score_fn, setup_arg, workers=workers, timeout=timeout)
+    return SerialEvaluator(setup, score_fn, setup_arg)
