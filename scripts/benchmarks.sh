@@ -5,6 +5,7 @@
 # Budgets, from the environment (defaults are the documented full run):
 #   WORKLOADS   workloads of `bench tune`              (default "GMM:1 C2D:1 C1D:0 DEP:0 NRM:0 SFM:1")
 #   TRIALS      trials of each tuner in `bench tune`   (default 64)
+#   SEARCHES    tuna's searches in `bench tune`        (default "evolutionary,es")
 #   MODELS      networks of `bench network`            (default resnet18,bert)
 #   NET_TRIALS  trials per task in `bench network`     (default 32)
 #   RANK_ARGS   arguments of `bench rank`              (default: all shipped pools, tiers ir,full)
@@ -22,6 +23,7 @@
 source "$(dirname "$0")/_env.sh"
 WORKLOADS=${WORKLOADS:-"GMM:1 C2D:1 C1D:0 DEP:0 NRM:0 SFM:1"}
 TRIALS=${TRIALS:-64}
+SEARCHES=${SEARCHES:-evolutionary,es}
 MODELS=${MODELS:-resnet18,bert}
 NET_TRIALS=${NET_TRIALS:-32}
 RANK_ARGS=${RANK_ARGS:-}
@@ -41,7 +43,7 @@ if [[ " $SKIP " != *" rank "* ]]; then
 fi
 if [[ " $SKIP " != *" tune "* ]]; then
     # shellcheck disable=SC2086
-    $tuna bench tune $WORKLOADS --trials "$TRIALS" --work-dir "$WORK/tune" --json "$OUT/tune.json"
+    $tuna bench tune $WORKLOADS --trials "$TRIALS" --search "$SEARCHES" --work-dir "$WORK/tune" --json "$OUT/tune.json"
     report+=(--tune "$OUT/tune.json")
 fi
 if [[ " $SKIP " != *" network "* ]]; then
@@ -49,7 +51,7 @@ if [[ " $SKIP " != *" network "* ]]; then
         --json "$OUT/network.json"
     report+=(--network "$OUT/network.json")
 fi
-budget="WORKLOADS=\"$WORKLOADS\" TRIALS=$TRIALS MODELS=$MODELS NET_TRIALS=$NET_TRIALS"
+budget="WORKLOADS=\"$WORKLOADS\" TRIALS=$TRIALS SEARCHES=$SEARCHES MODELS=$MODELS NET_TRIALS=$NET_TRIALS"
 [[ -n "$RANK_ARGS" ]] && budget+=" RANK_ARGS=\"$RANK_ARGS\""
 [[ -n "$SKIP" ]] && budget+=" SKIP=\"$SKIP\""
 $tuna bench report "${report[@]}" --figures "$OUT" --command-line "$budget bash scripts/benchmarks.sh" \

@@ -357,14 +357,16 @@ def _bench_tune(args: argparse.Namespace) -> int:
     for w in args.workloads:
         integration.load_workload(w)
     mach = measure.check_runnable(args.target, args.machine)
-    if args.search and not measure.tune_accepts_search():
-        raise TunaError(f"this tuna's tune() has no search= option yet; drop --search {args.search}")
+    searches = tuple(s.strip() for s in args.search.split(",") if s.strip())
+    unknown = set(searches) - {"evolutionary", "es"}
+    if unknown or not searches:
+        raise TunaError(f"unknown search {', '.join(sorted(unknown)) or '(none)'}; searches: evolutionary, es")
     start = time.perf_counter()
     rows = []
     for w in args.workloads:
         _stderr(f"== tuna bench tune {w} for {mach.name}: {args.trials} trials each")
         for row in measure.compare_tuning(w, mach, Path(args.work_dir) / Path(w.replace(":", "-")).name, args.trials,
-                                          search=args.search, num_trials_per_iter=args.per_iter, seed=args.seed,
+                                          searches=searches, num_trials_per_iter=args.per_iter, seed=args.seed,
                                           progress=_stderr):
             rows.append({"workload": w, **row})
     rows = bench.with_ratios(rows, "workload", {w: _pool_best(w) for w in args.workloads})
@@ -539,7 +541,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--machine", help="preset to model when the target has no data file")
     p.add_argument("--trials", type=int, default=64, help="trials of each tuner (default 64)")
     p.add_argument("--per-iter", type=int, default=32, help="candidates per search round, both tuners (default 32)")
-    p.add_argument("--search", choices=("evolutionary", "es"), help="tuna's search (default: tune()'s own)")
+    p.add_argument("--search", default="evolutionary",
+                   help="tuna's searches, comma-separated: evolutionary, es (default evolutionary)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--work-dir", default="tuna-bench-tune", help="where the tuning databases go")
     p.add_argument("--json", help="also write the rows as JSON here")

@@ -15,7 +15,6 @@ Nothing here prints: progress goes to a callback, bad input raises :class:`tuna.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import math
 import os
@@ -397,13 +396,6 @@ def collect_pool(
 # ---------------------------------------------------------------------------------------
 
 
-def tune_accepts_search() -> bool:
-    """Whether :func:`tuna.integration.tune` takes a ``search=`` keyword (added by another issue)."""
-    from . import tune
-
-    return "search" in inspect.signature(tune).parameters
-
-
 def compare_tuning(
     workload: str,
     target: Any,
@@ -411,51 +403,47 @@ def compare_tuning(
     trials: int = 64,
     *,
     machine: str | None = None,
-    search: str | None = None,
+    searches: tuple[str, ...] = ("evolutionary",),
     num_trials_per_iter: int = 32,
     seed: int = 0,
     progress: Progress = None,
 ) -> list[dict[str, Any]]:
-    """Tune ``workload`` offline with tuna and with measurement; time each pick here.
+    """Tune ``workload`` offline with tuna (once per search) and with measurement; time each pick here.
 
-    Rows (one per method): ``tuna`` (tuna's cost model and static runner, ``trials``
-    candidates), ``metaschedule@tuna-time`` (the best candidate MetaSchedule had measured
-    when tuna's wall time had passed; None when it had measured none yet), and
-    ``metaschedule`` (``trials`` measured candidates). Each row: ``method``, ``tune_seconds``,
-    ``trials``, ``latency`` (the pick re-timed here, seconds) and ``predicted`` (tuna's
-    prediction of its own pick).
+    Rows (one per method): ``tuna-<search>`` (tuna's cost model and static runner, ``trials``
+    candidates, that search strategy), ``metaschedule@tuna-<search>-time`` (the best candidate
+    MetaSchedule had measured when that tuna run's wall time had passed; None when it had
+    measured none yet), and ``metaschedule`` (``trials`` measured candidates). Each row:
+    ``method``, ``tune_seconds``, ``trials``, ``latency`` (the pick re-timed here, seconds)
+    and ``predicted`` (tuna's prediction of its own pick).
 
     Raises
     ------
     MeasureError
         When the target cannot run here.
-    TunaError
-        When ``search`` is asked for and this tuna's ``tune`` has no such option.
     """
     from . import tune
 
     mach = check_runnable(target, machine)
     mod = load_workload(workload)
-    kwargs: dict[str, Any] = {}
-    if search:
-        if not tune_accepts_search():
-            raise TunaError(f"this tuna's tune() has no search= option yet; drop --search {search}")
-        kwargs["search"] = search
     root = Path(work_dir)
-    _say(progress, f"{workload}: tuna offline, {trials} candidates" + (f" ({search})" if search else ""))
-    result = tune(mod, mach, root / "tuna", max_trials=trials, num_trials_per_iter=num_trials_per_iter, seed=seed,
-                  progress=progress, **kwargs)
-    rows = [{
-        "method": f"tuna-{search}" if search else "tuna",
-        "tune_seconds": result.tune_seconds,
-        "trials": result.trials,
-        "latency": time_schedule(result.schedule.mod, mach, seed=seed),
-        "predicted": result.predicted_seconds,
-    }]
+    rows, budgets = [], []
+    for search in searches:
+        _say(progress, f"{workload}: tuna offline, {trials} candidates ({search} search)")
+        result = tune(mod, mach, root / f"tuna-{search}", max_trials=trials, num_trials_per_iter=num_trials_per_iter,
+                      seed=seed, progress=progress, search=search)
+        rows.append({
+            "method": f"tuna-{search}",
+            "tune_seconds": result.tune_seconds,
+            "trials": result.trials,
+            "latency": time_schedule(result.schedule.mod, mach, seed=seed),
+            "predicted": result.predicted_seconds,
+        })
+        budgets.append((f"metaschedule@tuna-{search}-time", result.tune_seconds))
     _say(progress, f"{workload}: MetaSchedule with measurement, {trials} trials")
     run = tune_measured(mod, mach, root / "metaschedule", trials, num_trials_per_iter=num_trials_per_iter, seed=seed,
                         progress=progress)
-    for method, budget in (("metaschedule@tuna-time", result.tune_seconds), ("metaschedule", math.inf)):
+    for method, budget in (*budgets, ("metaschedule", math.inf)):
         pick = run.best_within(budget)
         rows.append({
             "method": method,
