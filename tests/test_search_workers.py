@@ -95,3 +95,9 @@ def test_dask_local_cluster_gives_the_single_process_search():
         assert dask_eval.workers >= 2
         distributed = search(dask_eval)
     assert distributed == serial
+
+
+@pytest.mark.parametrize("address", ["bogus://x", "local:x", "localhost"])
+def test_bad_cluster_addresses_fail_before_tuning_with_a_tuna_error(address):
+    with pytest.raises(TunaError, match=r"cluster|scheduler"):
+        workers.check_cluster(address)

@@ -341,18 +341,28 @@ def _constant(isa: str, ins: Instruction) -> int | None:
     return None
 
 
-def _value_before(reg: str, block: int, by_start, idom, isa: str) -> int | None:
-    """Constant value of ``reg`` at the end of ``block``, from the last write on its dominator chain."""
+def _last_on_chain(block: int, by_start, idom, found) -> Instruction | None:
+    """The last instruction for which ``found`` holds on the dominator chain ending at ``block``."""
     seen = set()
     while block not in seen:
         seen.add(block)
         for ins in reversed(by_start[block].instructions):
-            if reg in (_reg64(w) for w in ins.writes):
-                return _constant(isa, ins)
+            if found(ins):
+                return ins
         if idom.get(block, block) == block:
             return None
         block = idom[block]
     return None
+
+
+def _value_before(reg: str, block: int, by_start, idom, isa: str, alias=_reg64) -> int | None:
+    """Constant value of ``reg`` at the end of ``block``, from the last write on its dominator chain.
+
+    ``alias`` maps a written register to the one it belongs to (:func:`_full` also counts
+    8- and 16-bit writes).
+    """
+    ins = _last_on_chain(block, by_start, idom, lambda i: reg in (alias(w) for w in i.writes))
+    return None if ins is None else _constant(isa, ins)
 
 
 def _trip_count(isa, body, latches, by_start, graph, idom, header) -> int | None:
@@ -451,19 +461,22 @@ def _full(reg: str) -> str:
 
 def _slot_value(slot: str, block: int, by_start, idom) -> int | None:
     """Constant last stored to the stack slot ``slot`` on the dominator chain ending at ``block``."""
-    seen = set()
-    while block not in seen:
-        seen.add(block)
-        for ins in reversed(by_start[block].instructions):
-            ops = _ops(ins)
-            if ins.klass == "store" and len(ops) == 2 and ops[0].endswith(slot):
-                return _imm(ops[1])
-            if ins.klass == "store" and ins.mnemonic in ("str", "stur") and ops and ops[-1] == slot:
-                return 0 if ops[0] in ("wzr", "xzr") else None
-        if idom.get(block, block) == block:
-            return None
-        block = idom[block]
-    return None
+
+    def stores_slot(ins: Instruction) -> bool:
+        ops = _ops(ins)
+        if ins.klass != "store" or not ops:
+            return False
+        if ins.mnemonic in ("str", "stur"):
+            return ops[-1] == slot
+        return len(ops) == 2 and ops[0].endswith(slot)
+
+    ins = _last_on_chain(block, by_start, idom, stores_slot)
+    if ins is None:
+        return None
+    ops = _ops(ins)
+    if ins.mnemonic in ("str", "stur"):
+        return 0 if ops[0] in ("wzr", "xzr") else None
+    return _imm(ops[1])
 
 
 def _flag_trips(isa, header, body, latches, by_start, preheader, idom) -> int | None:
@@ -497,7 +510,7 @@ def _flag_trips(isa, header, body, latches, by_start, preheader, idom) -> int | 
         if reg in ("xzr", "wzr"):
             return 0
         if reg not in state:
-            state[reg] = _entry_value(reg, preheader, by_start, idom)
+            state[reg] = _value_before(reg, preheader, by_start, idom, isa, alias=_full)
         return state[reg]
 
     def execute(ins) -> bool | None:
@@ -538,26 +551,6 @@ def _flag_trips(isa, header, body, latches, by_start, preheader, idom) -> int | 
             return iteration
     return None
 
-
-def _entry_value(reg: str, block: int, by_start, idom) -> int | None:
-    """Constant in ``reg`` (any alias) at the end of ``block``, from its dominator chain."""
-    seen = set()
-    while block not in seen:
-        seen.add(block)
-        for ins in reversed(by_start[block].instructions):
-            if reg in (_full(w) for w in ins.writes):
-                ops = _ops(ins)
-                if ins.mnemonic == "mov" and len(ops) == 2 and ops[1] in ("wzr", "xzr"):
-                    return 0
-                if ins.mnemonic == "xor" and len(ops) == 2 and ops[0] == ops[1]:
-                    return 0
-                if ins.mnemonic == "mov" and len(ops) == 2:
-                    return _imm(ops[1])
-                return None
-        if idom.get(block, block) == block:
-            return None
-        block = idom[block]
-    return None
 
 
 # --- SIMD lanes ---------------------------------------------------------------------------

@@ -816,8 +816,11 @@ def tune(
     if progress is not None:
         callbacks = [*callbacks, _Progress(progress, max_trials, cost_model)]
     if search == "es":
+        from ..search.workers import check_cluster
         from .search import es_strategy
 
+        if cluster:
+            check_cluster(cluster)
         strategy = es_strategy(mach, work_dir, population_size, seed, workers, cluster, progress)
     else:
         strategy = ms.search_strategy.EvolutionarySearch(population_size=population_size)

@@ -327,6 +327,21 @@ def parse_cluster(address: str) -> tuple[str, int | str]:
     return "remote", address
 
 
+def check_cluster(address: str) -> None:
+    """Fail early, with a :class:`TunaError`, on a cluster address that is malformed or unreachable.
+
+    Called before tuning starts: inside MetaSchedule's callbacks an error loses its type.
+    """
+    kind, where = parse_cluster(address)
+    if kind == "remote":
+        from distributed import Client
+
+        try:
+            Client(str(where), timeout=30).close()
+        except Exception as err:
+            raise TunaError(f"cannot reach the Dask scheduler at {where}: {err}") from err
+
+
 class DaskEvaluator:
     """Scores payloads on a Dask distributed cluster.
 
