@@ -313,7 +313,7 @@ def parse_cluster(address: str) -> tuple[str, int | str]:
     TunaError
         For an address that is neither ``local:N`` nor a scheduler address.
     """
-    if address.startswith("local"):
+    if address == "local" or address.startswith("local:"):
         _, _, count = address.partition(":")
         try:
             n = int(count or 2)
