@@ -11,7 +11,9 @@ setup(
     python_requires=">=3.11",
     packages=find_packages(include=["tuna", "tuna.*"]),
     package_data={
-        "tuna.data": ["targets/*.toml", "uarch/*.toml", "gpu/*.toml", "coeffs/*.toml", "pools/*.json", "pools/README.md"]
+        "tuna.data": [
+            "targets/*.toml", "uarch/*.toml", "gpu/*.toml", "coeffs/*.toml", "pools/*.json", "pools/README.md"
+        ]
     },
     install_requires=[
         "apache-tvm==0.27.0.post1",

@@ -6,7 +6,7 @@ import pytest
 
 from tuna import machine
 from tuna.cpu.cache import data_movement
-from tuna.cpu.ir_tier import estimate, statement_counts, unrolled_loops
+from tuna.cpu.ir_tier import codegen_loops, estimate, statement_counts, unrolled_loops
 from tuna.ir import Access, Index, KernelIR, Loop, LoopKind, Statement, walk
 
 
@@ -38,12 +38,73 @@ def test_fma_lanes_equal_the_multiply_adds_of_the_matmul():
     assert est.features["fma"] == 64 * 64 * 64 // 16  # one 512-bit FMA per 16 lanes
 
 
+def _reduce_innermost(n, k, inner_kind=LoopKind.SERIAL):
+    """C[i, j] += A[i, kk] * B[kk, j] with the reduction loop kk innermost."""
+    stmt = Statement(
+        "C",
+        (
+            Access("C", False, (Index((("i", 1),)), Index((("j", 1),))), (n, n), 4),
+            Access("A", False, (Index((("i", 1),)), Index((("kk", 1),))), (n, k), 4),
+            Access("B", False, (Index((("kk", 1),)), Index((("j", 1),))), (k, n), 4),
+            Access("C", True, (Index((("i", 1),)), Index((("j", 1),))), (n, n), 4),
+        ),
+        (("fma", 1),),
+    )
+    kk = Loop("kk", k, inner_kind, (stmt,))
+    return KernelIR("mm", (Loop("i", n, LoopKind.SERIAL, (Loop("j", n, LoopKind.SERIAL, (kk,)),)),))
+
+
 def test_vectorizing_helps_and_narrow_vectors_cost_more_instructions():
     zen4, a53 = machine.preset("zen4"), machine.preset("cortex-a53")
     vec = estimate(_matmul(64, 64, 64), zen4)
-    scalar = estimate(_matmul(64, 64, 64, kind=LoopKind.SERIAL), zen4)
+    scalar = estimate(_reduce_innermost(64, 64), zen4)
+    assert vec.features["fma"] == 64 * 64 * 64 // 16
+    assert scalar.features["fma"] == 64 * 64 * 64  # a float reduction: LLVM keeps it scalar
     assert vec.seconds < scalar.seconds
     assert estimate(_matmul(64, 64, 64), a53).features["fma"] == 64 * 64 * 64 // 4
+
+
+def test_llvm_vectorizes_contiguous_serial_loops_itself():
+    zen4, a53 = machine.preset("zen4"), machine.preset("cortex-a53")
+    # TVM left ji serial, but C and B are contiguous in it and A does not change: LLVM's loop
+    # vectorizer produces the same vector FMAs as a vectorized ji.
+    serial = estimate(_matmul(64, 64, 64, kind=LoopKind.SERIAL), zen4)
+    assert serial.features["fma"] == estimate(_matmul(64, 64, 64), zen4).features["fma"]
+    assert estimate(_matmul(64, 64, 64, kind=LoopKind.SERIAL), a53).features["fma"] == 64**3  # in-order: as written
+    # A small innermost reduction loop is unrolled completely; the spatial loop j around it
+    # is then the innermost rolled loop, and contiguous: vectorized (8 lanes of its 8).
+    (stmt, loops), = list(walk(_reduce_innermost(8, 4).body))
+    kinds = [lp.kind for lp in codegen_loops(stmt, loops, zen4)]
+    assert kinds == [LoopKind.SERIAL, LoopKind.VECTORIZED, LoopKind.UNROLLED]
+    # A reduction loop too long to unroll stays rolled and scalar, and nothing is vectorized.
+    (stmt, loops), = list(walk(_reduce_innermost(8, 512).body))
+    assert [lp.kind for lp in codegen_loops(stmt, loops, zen4)] == [LoopKind.SERIAL] * 3
+
+
+def test_reduction_chains_overlap_when_independent_work_sits_inside():
+    zen4 = machine.preset("zen4")
+    # kk innermost (long, rolled): every FMA waits for the previous one, 4 cycles each.
+    (stmt, loops), = list(walk(_reduce_innermost(8, 512).body))
+    chained = statement_counts(stmt, loops, zen4)
+    assert chained["chain"] == 8 * 8 * 512 * zen4.latency["fma"]
+    # kk outside a vectorized spatial loop of 4 vectors: four independent accumulators.
+    (stmt, loops), = list(walk(_matmul(8, 64, 512, vec=64).body))
+    assert statement_counts(stmt, loops, zen4)["chain"] == 8 * 512 * zen4.latency["fma"]
+
+
+def test_math_functions_are_library_calls_per_lane():
+    zen4 = machine.preset("zen4")
+    stmt = Statement(
+        "E",
+        (
+            Access("A", False, (Index((("i", 64), ("j", 1))),), (4096,), 4),
+            Access("E", True, (Index((("i", 64), ("j", 1))),), (4096,), 4),
+        ),
+        (("math", 2),),  # tanh: two expf calls a lane
+    )
+    nest = Loop("i", 64, LoopKind.PARALLEL, (Loop("j", 64, LoopKind.VECTORIZED, (stmt,)),))
+    est = estimate(KernelIR("tanh", (nest,)), zen4)
+    assert est.features["calls"] == 2 * 64 * 64 / 2  # per lane, whatever the vector width; 2 threads
 
 
 def test_auto_unroll_marks_inner_loops_within_the_step_limit():

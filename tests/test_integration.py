@@ -72,6 +72,30 @@ def test_floor_division_and_modulo_stay_affine_where_ranges_allow():
     assert b.indices[1].coeffs == (("c", 1),) and b.indices[1].opaque == ("f",)
 
 
+_MATH = """
+@I.ir_module
+class Module:
+    @T.prim_func(s_tir=True)
+    def main(A: T.Buffer((64, 64), "float32"), B: T.Buffer((64, 64), "float32")):
+        for i in T.parallel(64):
+            for j in T.vectorized(64):
+                with T.sblock("B"):
+                    v_i, v_j = T.axis.remap("SS", [i, j])
+                    B[v_i, v_j] = T.tanh(A[v_i, v_j]) + T.exp(A[v_i, v_j]) + T.sqrt(A[v_i, v_j])
+"""
+
+
+@pytest.mark.parametrize("preset", ["zen4", "graviton2"])
+def test_math_library_calls_in_the_ir_match_the_machine_code(preset):
+    mod = integration.parse_tvmscript(_MATH, "test module")
+    ((stmt, _),) = walk(integration.kernel_from_module(mod).body)
+    assert dict(stmt.ops)["math"] == 3 and dict(stmt.ops)["special"] == 1  # tanh is two exps; sqrt an instruction
+    mach = machine.preset(preset)
+    ir, full = (integration.estimate_module(mod, mach, tier) for tier in ("ir", "full"))
+    # One expf call per lane although the loop is vectorized: 3 calls x 64 x 64 over the threads.
+    assert ir.features["calls"] == full.features["calls"] == 3 * 64 * 64 / min(64, mach.cores)
+
+
 def test_cost_model_scores_ranks_caches_and_survives_bad_candidates(gmm_pool, caplog):
     model = integration.TunaCostModel("zen4")
     good = [ms.MeasureCandidate(_scheduled(gmm_pool, i), []) for i in range(4)]

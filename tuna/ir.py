@@ -98,7 +98,9 @@ class Statement:
         Loads and stores, in program order.
     ops : tuple of (str, int)
         Arithmetic operations per execution by class: "fma", "add", "mul", "div",
-        "cmp", "special" (exp, sqrt, ...), "cast".
+        "cmp", "special" (functions with an instruction: sqrt, rsqrt), "math" (functions
+        CPU code calls the C math library for, per lane: exp, log, tanh counts 2, ...),
+        "cast".
     dtype_bytes : int
         Bytes per element of the value computed.
     """

@@ -154,8 +154,14 @@ def _classify(isa: str, ins) -> str:
     return "other"
 
 
+def _is_jump(ins) -> bool:
+    # Capstone puts AArch64's BL in the jump group too; a call returns, it does not branch (and
+    # in an object file its unrelocated target is the call itself).
+    return bool(ins.group(capstone.CS_GRP_JUMP)) and not ins.group(capstone.CS_GRP_CALL)
+
+
 def _branch_target(isa: str, ins) -> int | None:
-    if not ins.group(capstone.CS_GRP_JUMP):
+    if not _is_jump(ins):
         return None
     imm = capstone.x86.X86_OP_IMM if isa == "x86-64" else capstone.arm64.ARM64_OP_IMM
     for op in reversed(ins.operands):
@@ -194,7 +200,7 @@ def _info(isa: str, md: capstone.Cs, code: bytes, base: int, at: int, size: int,
             tuple(ins.reg_name(r) for r in reads),
             tuple(ins.reg_name(r) for r in writes),
             _classify(isa, ins),
-            bool(ins.group(capstone.CS_GRP_JUMP)),
+            _is_jump(ins),
             bool(ins.group(capstone.CS_GRP_RET)),
             _branch_target(isa, ins),
         )

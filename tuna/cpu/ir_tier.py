@@ -7,12 +7,14 @@ vector is loaded once; loads invariant in the loops just outside the tile are ho
 while the tile fits in the vector registers. Reductions are bounded by the FMA latency
 over the tile's independent accumulators. Each top-level loop nest's core cycles are those
 of its busiest resource (FP pipes, load/store ports, front end, FMA chains), divided over
-the cores its outermost parallel loop can occupy; cache fills (integer-set data movement)
-and DRAM traffic are separate terms of the linear model in :mod:`tuna.linear`.
+the cores its outermost parallel loop can occupy; cache fills (integer-set data movement),
+DRAM traffic and calls of the C math library (one per lane of every exp, log, ...) are
+separate terms of the linear model in :mod:`tuna.linear`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 from types import MappingProxyType
@@ -22,9 +24,16 @@ from ..estimate import Estimate
 from ..ir import Access, KernelIR, Loop, LoopKind, Statement, walk
 from ..machine import Machine
 from .cache import data_movement
+from .ooo import uarch
 
 #: Instructions of loop control (increment, compare, branch) per iteration of a rolled loop.
 LOOP_OVERHEAD_INSTRUCTIONS = 2
+#: Size of an innermost loop nest (iterations times the statement's loads, stores and
+#: operations) up to which LLVM unrolls it completely: its full-unroll cost threshold at -O3
+#: (``-unroll-threshold``, 300) over the few cost units a simple instruction takes, approx.
+FULL_UNROLL_SIZE = 300
+#: Narrowest vector LLVM's loop vectorizer forms from a serial loop (lanes).
+MIN_AUTO_LANES = 4
 
 
 def unrolled_loops(loops: tuple[Loop, ...]) -> set[str]:
@@ -49,6 +58,57 @@ def unrolled_loops(loops: tuple[Loop, ...]) -> set[str]:
     return unrolled
 
 
+def _contiguous_in(access: Access, var: str) -> bool:
+    """Whether consecutive iterations of ``var`` touch consecutive elements (unit stride, last dim)."""
+    if not access.indices or any(ix.depends_on(var) for ix in access.indices[:-1]):
+        return False
+    last = access.indices[-1]
+    return last.coeff(var) == 1 and var not in last.opaque
+
+
+def codegen_loops(stmt: Statement, loops: tuple[Loop, ...], machine: Machine) -> tuple[Loop, ...]:
+    """``loops`` with the kinds LLVM gives them when it compiles TVM's loop nest.
+
+    Innermost serial loops small enough for LLVM's full unrolling become unrolled. When TVM
+    vectorized nothing, LLVM still does: the loop vectorizer takes the innermost rolled loop
+    and the SLP vectorizer the copies of an unrolled one, provided the loop runs over the
+    stored element's last dimension and every access is contiguous in it or independent of
+    it (floating-point reductions are not reordered without fast-math, so a reduction loop
+    stays scalar). The innermost such loop becomes vectorized.
+    """
+    if machine.in_order or not loops:
+        return loops
+    unrolled = unrolled_loops(loops)
+    out, region = list(loops), []
+    size = len(stmt.accesses) + stmt.op_count()
+    for pos in range(len(loops) - 1, -1, -1):
+        lp = loops[pos]
+        if lp.kind == LoopKind.VECTORIZED:
+            return tuple(out)
+        if lp.kind != LoopKind.SERIAL and lp.var not in unrolled:
+            break
+        region.append(pos)
+        if lp.var not in unrolled:
+            if size * lp.extent > FULL_UNROLL_SIZE:
+                break  # the innermost loop LLVM keeps rolled
+            out[pos] = dataclasses.replace(lp, kind=LoopKind.UNROLLED)
+        size *= lp.extent
+    if any(lp.kind == LoopKind.VECTORIZED for lp in loops):
+        return tuple(out)
+    writes = [a for a in stmt.accesses if a.write]
+    for pos in region:
+        lp = loops[pos]
+        if (
+            lp.extent >= MIN_AUTO_LANES
+            and writes
+            and all(_contiguous_in(w, lp.var) for w in writes)
+            and all(_contiguous_in(a, lp.var) or not a.depends_on(lp.var) for a in stmt.accesses)
+        ):
+            out[pos] = dataclasses.replace(lp, kind=LoopKind.VECTORIZED)
+            break
+    return tuple(out)
+
+
 def _vector_loop(loops: tuple[Loop, ...]) -> Loop | None:
     vec = [lp for lp in loops if lp.kind == LoopKind.VECTORIZED]
     return vec[-1] if vec else None
@@ -71,13 +131,15 @@ def _vector_cost(access: Access, vec: Loop | None, hw_lanes: int) -> int:
 def statement_counts(stmt: Statement, loops: tuple[Loop, ...], machine: Machine) -> Counter:
     """Dynamic instruction counts of one statement, by class."""
     counts: Counter = Counter()
+    loops = codegen_loops(stmt, loops, machine)
     execs = math.prod(lp.extent for lp in loops)
     vec = _vector_loop(loops)
     hw = machine.lanes(stmt.dtype_bytes)
     vl = vec.extent if vec else 1
     vinstr = math.ceil(vl / hw)
     for kind, n in stmt.ops:
-        counts[kind] += n * execs // vl * vinstr
+        # Library math functions run once per lane whatever the vector width (see "math" ops).
+        counts[kind] += n * execs if kind == "math" else n * execs // vl * vinstr
     counts["lanes_fma"] += stmt.op_count("fma") * execs
 
     unrolled = unrolled_loops(loops)
@@ -99,6 +161,9 @@ def statement_counts(stmt: Statement, loops: tuple[Loop, ...], machine: Machine)
     for (buf, idx, _), n in distinct.items():
         live[(buf, idx)] = max(live.get((buf, idx), 0), n)
     registers = sum(live.values())
+    if machine.isa == "x86-64":  # one operand of each arithmetic instruction comes from memory
+        written = {(a.buffer, a.indices) for a in stmt.accesses if a.write}
+        registers -= max((n for key, n in live.items() if key not in written), default=0)
     fits = registers <= machine.vector_registers
     if not fits:
         counts["spill"] += (registers - machine.vector_registers) * math.prod(lp.extent for lp in outside)
@@ -113,12 +178,19 @@ def statement_counts(stmt: Statement, loops: tuple[Loop, ...], machine: Machine)
         counts["store" if write else "load"] += n
 
     writes = [a for a in stmt.accesses if a.write]
-    if writes and stmt.op_count("fma") + stmt.op_count("add"):
-        reduce_loops = [lp for lp in loops if not any(w.depends_on(lp.var) for w in writes)]
-        if reduce_loops:
-            accumulators = sum(n for (_, _, w), n in distinct.items() if w)
-            chain = (stmt.op_count("fma") + stmt.op_count("add")) * execs // vl * vinstr
-            counts["chain"] += chain * machine.latency.get("fma", 4) / max(1, accumulators)
+    reduce_at = [pos for pos, lp in enumerate(loops) if not any(w.depends_on(lp.var) for w in writes)]
+    if writes and reduce_at and stmt.op_count("fma") + stmt.op_count("add"):
+        # Updates of one accumulator form a dependency chain; the vector instructions of the
+        # loops inside the innermost reduction loop are independent of it, and whole instances
+        # of that loop overlap when several fit in the reorder buffer.
+        inner = math.prod(
+            math.ceil(lp.extent / hw) if lp.kind == LoopKind.VECTORIZED else lp.extent
+            for lp in loops[reduce_at[-1] + 1 :]
+        )
+        instance = loops[reduce_at[-1]].extent * inner * max(1, stmt.op_count() + len(stmt.accesses))
+        overlap = max(1.0, uarch(machine).rob_size / instance)
+        chain = (stmt.op_count("fma") + stmt.op_count("add")) * execs // vl * vinstr
+        counts["chain"] += chain * machine.latency.get("fma", 4) / (inner * overlap)
 
     for pos, lp in enumerate(loops):
         if lp.var not in unrolled and lp.kind != LoopKind.VECTORIZED:
@@ -190,6 +262,7 @@ def _nest_terms(node: Loop | Statement, machine: Machine, feats: Counter) -> Non
     share = imbalance / active  # one thread's part of the nest's memory instructions
     feats["load_ops"] += (counts["load"] + counts["spill"]) * share
     feats["store_ops"] += (counts["store"] + counts["spill"]) * share
+    feats["calls"] += counts["math"] * share
     feats["launches"] += width > 1
     feats["threads_used"] = max(feats["threads_used"], active)
 

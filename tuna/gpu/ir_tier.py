@@ -129,7 +129,7 @@ def estimate(kernel: KernelIR, machine: Machine) -> Estimate:
     thread_instr = sum(per_thread.values())
     thread_latency = (
         (per_thread["fma"] + per_thread["add"] + per_thread["mul"]) * lat["fma"]
-        + per_thread["special"] * lat["special"]
+        + (per_thread["special"] + per_thread["math"]) * lat["special"]
         + (per_thread["ld_shared"] + per_thread["st_shared"]) * lat["ld_shared"]
         + per_thread["ld_global"] * lat["ld_global"]
     )

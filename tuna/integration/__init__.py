@@ -56,7 +56,13 @@ _ARITH = {
     tirx.Max: "add",
     tirx.Min: "add",
 }
-_SPECIAL_CALLS = ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "pow", "sin", "cos")
+#: Elementary functions TVM's LLVM backend leaves to the C math library, with the library calls
+#: each lane makes ("math" ops): checked on x86-64 and AArch64 with TVM 0.27 (a vectorized exp
+#: becomes one expf call per lane; tanh is lowered to two exps; sigmoid to one).
+_MATH_CALLS = {"exp": 1, "exp2": 1, "exp10": 1, "log": 1, "log2": 1, "log10": 1, "log1p": 1, "pow": 1,
+               "sin": 1, "cos": 1, "tan": 1, "erf": 1, "sigmoid": 1, "tanh": 2}
+#: Functions with a machine instruction ("special" ops).
+_SPECIAL = ("sqrt", "rsqrt")
 
 
 class _Affine:
@@ -217,8 +223,8 @@ def _count_ops(value) -> list[tuple[str, int]]:
     """Arithmetic operations of one stored value, with ``a + b * c`` on floats as an FMA."""
     counts: dict[str, int] = {}
 
-    def add(kind: str) -> None:
-        counts[kind] = counts.get(kind, 0) + 1
+    def add(kind: str, n: int = 1) -> None:
+        counts[kind] = counts.get(kind, 0) + n
 
     def visit(e) -> None:
         if isinstance(e, tirx.Add) and "float" in _ty(e):
@@ -242,9 +248,12 @@ def _count_ops(value) -> list[tuple[str, int]]:
                 visit(part)
         elif isinstance(e, tvm.ir.Call):
             name = str(e.op.name) if hasattr(e.op, "name") else str(e.op)
-            if name.endswith("if_then_else"):
+            short = name.rsplit(".", 1)[-1]
+            if short == "if_then_else":
                 add("cmp")
-            elif any(name.endswith(s) for s in _SPECIAL_CALLS):
+            elif short in _MATH_CALLS:
+                add("math", _MATH_CALLS[short])
+            elif short in _SPECIAL:
                 add("special")
             for arg in e.args:
                 visit(arg)
