@@ -107,3 +107,18 @@ def test_collect_writes_a_pool_that_loads_and_ranks(tmp_path, capsys):
     assert {r.model for r in results} == {"random", "noise-ceiling"}
     err = capsys.readouterr().err
     assert "re-timing" in err and "secs_b" in err
+
+
+@pytest.mark.slow
+def test_bench_tune_times_every_pick_and_the_pools_best_here(tmp_path, capsys):
+    out = tmp_path / "tune.json"
+    argv = ["bench", "tune", "NRM:0", "--trials", "4", "--per-iter", "4", "--search", "es",
+            "--work-dir", str(tmp_path / "work"), "--json", str(out)]
+    assert cli.main(argv) == 0
+    rows = json.loads(out.read_text())["rows"]
+    methods = [r["method"] for r in rows]
+    assert methods == ["tuna-es", "metaschedule@tuna-es-time", "metaschedule", "pool-best"]
+    best = rows[-1]
+    assert best["trials"] == 192 and 0 < best["latency"] < 1.0 and best["ratio_to_reference"] == 1.0
+    assert all(0 < r["ratio"] <= 1.0 for r in rows if r["latency"])
+    assert "re-timed here" in capsys.readouterr().out

@@ -63,6 +63,21 @@ def test_report_from_saved_json_writes_markdown_and_figures(tmp_path, capsys):
     assert "scripts/benchmarks.sh" in text
 
 
+def test_report_joins_runs_of_one_command(tmp_path):
+    resnet = {"rows": [{"network": "resnet18", "method": "tuna", "tune_seconds": 90.0, "latency": 0.05,
+                        "tasks": 22, "trials": 44}],
+              "meta": {**META, "command": "tuna bench network --models resnet18", "seconds": 100.0}}
+    paths = [tmp_path / "bert.json", tmp_path / "resnet.json"]
+    paths[0].write_text(json.dumps(_network()))
+    paths[1].write_text(json.dumps(resnet))
+    out = tmp_path / "BENCHMARKS.md"
+    argv = ["bench", "report", "--network", str(paths[0]), "--network", str(paths[1]), "-o", str(out)]
+    assert cli.main(argv) == 0
+    text = out.read_text()
+    assert "| bert | tuna |" in text and "| resnet18 | tuna |" in text
+    assert "; tuna bench network --models resnet18`" in text  # both commands named
+
+
 def test_report_with_only_some_sections_says_which_were_not_run(tmp_path):
     paths = tmp_path / "rank.json"
     paths.write_text(json.dumps(_rank()))

@@ -5,6 +5,7 @@ The fixtures in tests/fixtures/objects are pool schedules compiled by TVM 0.27
 """
 
 import dataclasses
+import math
 from collections import Counter
 from pathlib import Path
 
@@ -122,3 +123,38 @@ def test_object_code_estimate_divides_outlined_parallel_bodies_over_the_cores():
     assert outlined > serial > 0
     est = objcode.estimate_objects([obj], preset)
     assert est.features["cycles"] == pytest.approx(serial + outlined / preset.cores)
+
+
+def _executed(maps, klass, isa):
+    """Lanes of the ``klass`` instructions executed per call, over all threads (calls: 1 each)."""
+    return sum(
+        fm.weights[b.start] * fm.instances * (disasm.lanes(isa, ins) if klass != "call" else 1)
+        for fm in maps
+        for b in fm.code.blocks
+        for ins in b.instructions
+        if ins.klass == klass
+    )
+
+
+def _tir_ops(kernel, kind):
+    return sum(stmt.op_count(kind) * math.prod(lp.extent for lp in loops) for stmt, loops in walk(kernel.body))
+
+
+def test_an_unrolled_loop_with_run_time_trips_takes_the_tir_count_over_its_copies():
+    kernel, preset = _kernel("sfm-1-c0-zen4")
+    maps = joint.map_kernel(kernel, preset)
+    # The normalisation: 4096 x 64 lanes in parallel; each thread's 2048 iterations run as 256
+    # passes of a loop LLVM unrolled 8 times, and its remainder loop runs no iteration.
+    norm = next(fm for fm in maps if any(m.tir_var == "i0_i1_fused_0" for m in fm.loops))
+    assert [(m.trips, m.source) for m in norm.loops] == [(256, "unrolled"), (0, "remainder")]
+    assert _executed(maps, "div", preset.isa) == _tir_ops(kernel, "div") == 512 * 512
+
+
+def test_a_reduction_store_sunk_out_of_its_loop_is_not_an_unrolled_copy():
+    kernel, preset = _kernel("sfm-1-c129-zen4")
+    maps = joint.map_kernel(kernel, preset)
+    assert not any(m.source in ("unrolled", "remainder") for fm in maps for m in fm.loops)
+    # exp inlined into the sum and into the normalisation: one expf call per element each (and
+    # a few calls of TVM's runtime that start the parallel regions)
+    assert _executed(maps, "call", preset.isa) == pytest.approx(_tir_ops(kernel, "math"), abs=8)
+    assert _tir_ops(kernel, "math") == 2 * 512 * 512

@@ -611,6 +611,13 @@ def _markdown(header: Sequence[str], body: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+#: What the columns of :func:`tune_table` mean (printed under it, and in BENCHMARKS.md).
+TUNE_CAPTION = (
+    "Ratio to best: the fastest pick of the workload (pool-best included) / this pick. pool-best: the "
+    "fastest candidate of the shipped pool (MetaSchedule with real measurement on the pools' machine, "
+    "its trials and tuning time) re-timed here in the same run; ratio to pool best: its latency / this pick."
+)
+
 _TUNE_COLUMNS: tuple = (
     ("workload", "workload", str),
     ("method", "method", str),
@@ -737,8 +744,7 @@ def benchmarks_markdown(
     section("Offline tuning against measured tuning (`tuna bench tune`)", tune, "tune", lambda d: [
         "Each pick re-timed on this machine (median of 5 `time_evaluator` repeats). `metaschedule@tuna-time`: "
         "the best candidate MetaSchedule (XGBModel, real measurement) had measured when tuna's tuning time had "
-        "passed; `metaschedule`: its full budget. Ratio to best: the fastest pick of the workload / this pick; "
-        "pool best: the fastest candidate of the shipped pool (measured on the pools' machine).",
+        "passed; `metaschedule`: its full budget. " + TUNE_CAPTION,
         "",
         tune_table(d["rows"], markdown=True),
     ])

@@ -336,14 +336,14 @@ def _bench_collect(args: argparse.Namespace) -> int:
     return 0
 
 
-def _pool_best(workload: str) -> float | None:
-    """The fastest measured candidate of the shipped pool of ``workload``, if tuna ships one."""
+def _shipped_pool(workload: str):
+    """The shipped pool of ``workload`` (a :class:`tuna.bench.Pool`), if tuna ships one."""
     from . import bench
 
     name = workload.upper().replace(":", "-")
     for path in bench.shipped_pools():
         if path.stem == name:
-            return float(bench.load_pool(path).secs_a.min())
+            return bench.load_pool(path)
     return None
 
 
@@ -362,17 +362,18 @@ def _bench_tune(args: argparse.Namespace) -> int:
     if unknown or not searches:
         raise TunaError(f"unknown search {', '.join(sorted(unknown)) or '(none)'}; searches: evolutionary, es")
     start = time.perf_counter()
-    rows = []
+    rows, pool_best = [], {}
     for w in args.workloads:
         _stderr(f"== tuna bench tune {w} for {mach.name}: {args.trials} trials each")
         for row in measure.compare_tuning(w, mach, Path(args.work_dir) / Path(w.replace(":", "-")).name, args.trials,
                                           searches=searches, num_trials_per_iter=args.per_iter, seed=args.seed,
-                                          progress=_stderr):
+                                          progress=_stderr, reference=_shipped_pool(w)):
             rows.append({"workload": w, **row})
-    rows = bench.with_ratios(rows, "workload", {w: _pool_best(w) for w in args.workloads})
+            if row["method"] == "pool-best":
+                pool_best[w] = row["latency"]
+    rows = bench.with_ratios(rows, "workload", pool_best)
     print(bench.tune_table(rows))
-    print("ratio to best: the fastest pick of the workload / this pick; pool best: the shipped pool's fastest "
-          "candidate (measured on the pools' machine)")
+    print(bench.TUNE_CAPTION)
     data = {"rows": rows, "meta": _meta(args, mach, time.perf_counter() - start, trials=args.trials,
                                          search=args.search)}
     if args.json:
@@ -425,12 +426,25 @@ def _read_json(path: str | None, what: str) -> dict | None:
     return data
 
 
+def _read_runs(paths: list[str] | None, what: str) -> dict | None:
+    """Several runs of one `tuna bench` command as one: their rows, and their commands joined."""
+    runs = [_read_json(p, what) for p in paths or ()]
+    if not runs:
+        return None
+    if len(runs) == 1:
+        return runs[0]
+    metas = [r.get("meta", {}) for r in runs]
+    meta = {**metas[0], "command": "; ".join(m.get("command", "?") for m in metas),
+            "date": max(m.get("date", "") for m in metas), "seconds": sum(m.get("seconds") or 0 for m in metas)}
+    return {"rows": [row for r in runs for row in r["rows"]], "meta": meta}
+
+
 def _bench_report(args: argparse.Namespace) -> int:
     from . import bench, plots
 
     rank = _read_json(args.rank, "rank")
-    tune = _read_json(args.tune, "tune")
-    network = _read_json(args.network, "network")
+    tune = _read_runs(args.tune, "tune")
+    network = _read_runs(args.network, "network")
     out = _check_output(args.output)
     figures = {}
     fig_dir = Path(args.figures) if args.figures else out.parent
@@ -562,8 +576,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = bench_sub.add_parser("report", help="write BENCHMARKS.md (and figures) from saved bench JSON")
     p.add_argument("--rank", help="JSON of `tuna bench rank --json`")
-    p.add_argument("--tune", help="JSON of `tuna bench tune --json`")
-    p.add_argument("--network", help="JSON of `tuna bench network --json`")
+    p.add_argument("--tune", action="append", help="JSON of `tuna bench tune --json` (repeat to join runs)")
+    p.add_argument("--network", action="append", help="JSON of `tuna bench network --json` (repeat to join runs)")
     p.add_argument("--figures", help="folder for the PNGs (default: beside the output)")
     p.add_argument("--command-line", default="scripts/benchmarks.sh", help="the command named as the generator")
     p.add_argument("--note", help="a caveat to print in bold under the title")

@@ -40,10 +40,13 @@ TERMS = (
     "calls",  # per-thread calls to out-of-line library code (expf, ...)
     "load_ops",  # per-thread load instructions executed (L1 access costs the core model leaves out)
     "store_ops",  # per-thread store instructions executed
+    "tir_fp_cycles",  # per-thread FP-pipe cycles of the loop tree's arithmetic (divisions included)
+    "tir_chain_cycles",  # per-thread cycles of the loop tree's reduction dependency chains
     "const",  # 1: a fixed cost per call
 )
-#: Count terms already inside ``compute_cycles``: they only carry what a fit finds beyond it.
-_FITTED_ONLY = ("load_ops", "store_ops")
+#: Terms already inside ``compute_cycles`` (counts, or bounds it takes the maximum of): they
+#: only carry what a fit finds beyond it.
+_FITTED_ONLY = ("load_ops", "store_ops", "tir_fp_cycles", "tir_chain_cycles")
 #: Terms of the GPU tiers, all in SM clock cycles (or counts); a GPU target's files use these.
 GPU_TERMS = (
     "issue_cycles",  # busiest SM: warp-instructions over per-SM throughput, shared ops times bank conflicts

@@ -2,9 +2,10 @@
 
 Every basic block of the kernel's functions is timed by the out-of-order (or in-order)
 simulator and weighted by how often it runs, from the joint loop mapping; the parallel
-bodies run on their share of the cores. Cache fills come from the integer-set data
-movement model on the TIR loop tree. The linear model of :mod:`tuna.linear` turns the
-resulting cycle terms into seconds.
+bodies run on their share of the cores. From the TIR loop tree, through the IR tier, come
+the cache fills (integer-set data movement) and two bounds the machine code alone
+under-weights: FP-pipe pressure (divisions included) and reduction chains. The linear model
+of :mod:`tuna.linear` turns the resulting cycle terms into seconds.
 """
 
 from __future__ import annotations
@@ -17,17 +18,11 @@ from ..errors import AnalysisError
 from ..estimate import Estimate
 from ..ir import KernelIR
 from ..machine import Machine
-from . import joint, ooo
-from .ir_tier import fill_terms, parallel_width
+from . import ir_tier, joint, ooo
 
 _ARITHMETIC = ("fma", "add", "mul", "div")
 #: Share of the dynamic instructions whose blocks the simulator times.
 HOT_SHARE = 0.98
-
-
-def _fills(kernel: KernelIR, machine: Machine, feats: Counter) -> None:
-    for node in kernel.body:
-        fill_terms(node, machine, min(parallel_width(node), machine.cores), feats)
 
 
 def _hot_blocks(maps: tuple[joint.FunctionMap, ...]) -> set[tuple[str, int]]:
@@ -94,7 +89,10 @@ def estimate(kernel: KernelIR, machine: Machine) -> Estimate:
     tir_fma = joint.tir_multiply_adds(kernel)
     if tir_fma:
         feats["fma_lanes_vs_tir"] = counts["lanes_fma"] / tir_fma
-    _fills(kernel, machine, feats)
+    # Cache fills, DRAM traffic and the loop tree's FP and chain bounds are the IR tier's.
+    for term, value in ir_tier.features(kernel, machine).items():
+        if term.startswith(("tir_", "dram_")) or term.endswith(("_fill_bytes", "_fill_cycles")):
+            feats[term] = value
     feats["const"] = 1.0
     coeffs = linear.coefficients(machine, "full")
     seconds = linear.seconds(feats, coeffs, machine)

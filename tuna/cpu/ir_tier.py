@@ -255,6 +255,8 @@ def _nest_terms(node: Loop | Statement, machine: Machine, feats: Counter) -> Non
     for key in ("fma", "add", "mul", "load", "store", "spill", "lanes_fma", "loop_iterations", "chain"):
         feats[key] += counts[key]
     feats["fp_cycles"] += fp
+    feats["tir_fp_cycles"] += fp / active * imbalance
+    feats["tir_chain_cycles"] += counts["chain"] / active * imbalance
     feats["load_cycles"] += loads
     feats["store_cycles"] += stores
     feats["frontend_cycles"] += frontend
@@ -267,12 +269,18 @@ def _nest_terms(node: Loop | Statement, machine: Machine, feats: Counter) -> Non
     feats["threads_used"] = max(feats["threads_used"], active)
 
 
-def estimate(kernel: KernelIR, machine: Machine) -> Estimate:
-    """Predict the run time of ``kernel`` on the CPU ``machine`` from its loop tree."""
+def features(kernel: KernelIR, machine: Machine) -> Counter:
+    """The IR tier's terms of the linear model (and diagnostics) for ``kernel``."""
     feats: Counter = Counter()
     for node in kernel.body:
         _nest_terms(node, machine, feats)
     feats["const"] = 1.0
+    return feats
+
+
+def estimate(kernel: KernelIR, machine: Machine) -> Estimate:
+    """Predict the run time of ``kernel`` on the CPU ``machine`` from its loop tree."""
+    feats = features(kernel, machine)
     seconds = linear.seconds(feats, linear.coefficients(machine, "ir"), machine)
     feats["cycles"] = seconds * machine.frequency_ghz * 1e9
     return Estimate(seconds=seconds, tier="ir", features=MappingProxyType(dict(feats)))

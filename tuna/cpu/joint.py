@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import networkx as nx
@@ -167,10 +168,61 @@ def _compatible(trips: int | None, extent: int) -> int:
     return 1 if any(trips * u == extent for u in _UNROLL_FACTORS) else 0
 
 
+#: Arithmetic classes counted in a loop's signature (TIR op classes and machine classes alike).
+_SIGNATURE_ARITHMETIC = ("fma", "add", "mul", "div")
+
+
+def _tir_signature(loop: Loop, rolled: set[str], lanes: Callable[[int], int]) -> tuple[int, int, int]:
+    """Stores, arithmetic instructions and library calls of one iteration of ``loop``.
+
+    Work inside the loop's rolled inner loops is left out (those are machine loops of their own).
+    """
+    stores = arith = calls = 0
+
+    def visit(nodes: tuple[Node, ...], copies: int, vector: int) -> None:
+        nonlocal stores, arith, calls
+        for node in nodes:
+            if isinstance(node, Loop):
+                if node.var in rolled:
+                    continue
+                if node.kind == LoopKind.VECTORIZED:
+                    visit(node.body, copies, vector * node.extent)
+                else:
+                    visit(node.body, copies * node.extent, vector)
+            else:
+                instructions = copies * math.ceil(vector / lanes(node.dtype_bytes))
+                stores += sum(acc.write for acc in node.accesses) * instructions
+                arith += sum(node.op_count(k) for k in _SIGNATURE_ARITHMETIC) * instructions
+                calls += node.op_count("math") * copies * vector  # one call per lane
+
+    visit(loop.body, 1, 1)
+    return stores, arith, calls
+
+
+def _code_signature(code: MachineCode, blocks: frozenset[int]) -> tuple[int, int, int]:
+    """Stores (an AArch64 pair store counts as two), arithmetic instructions and calls in ``blocks``."""
+    stores = arith = calls = 0
+    for blk in code.blocks:
+        if blk.start in blocks:
+            for ins in blk.instructions:
+                stores += (ins.klass == "store") * (1 + ins.mnemonic.startswith("stp"))
+                arith += ins.klass in _SIGNATURE_ARITHMETIC
+                calls += ins.klass == "call"
+    return stores, arith, calls
+
+
 def _map_function(
-    code: MachineCode, scope: list[Loop], parallel: Loop | None, threads: int
+    code: MachineCode, scope: list[Loop], parallel: Loop | None, threads: int, lanes: Callable[[int], int]
 ) -> FunctionMap:
-    """Match the machine loops of one function to the TIR loops in ``scope`` (pre-order)."""
+    """Match the machine loops of one function to the TIR loops in ``scope`` (pre-order).
+
+    A machine loop whose trip count depends on run-time values (a parallel chunk) takes the
+    TIR loop's; when LLVM unrolled it (its own blocks store an exact multiple of what one
+    TIR iteration stores) the count is divided by that factor, and a second machine loop on
+    the same TIR loop is the unrolled loop's remainder. Stores, arithmetic and library calls
+    must all agree on the factor (spill stores around calls, or a reduction's store sunk out
+    of an inner loop, alone do not make a loop unrolled).
+    """
     infos = disasm.loops(code)
     by_header = {lp.header: lp for lp in infos}
     children: dict[int | None, list[disasm.LoopInfo]] = {}
@@ -188,6 +240,15 @@ def _map_function(
 
     matches: list[LoopMatch] = []
     trips_of: dict[int, float] = {}
+    rolled_vars = {x.var for x in scope}
+    unrolled_by: dict[str, int] = {}  # TIR loop -> LLVM's unroll factor of the machine loop on it
+
+    def copies(lp: disasm.LoopInfo, tir: Loop) -> int:
+        own = lp.blocks - frozenset().union(*(c.blocks for c in children.get(lp.header, ())))
+        expected, found = _tir_signature(tir, rolled_vars, lanes), _code_signature(code, own)
+        if not expected[0] or not any(expected[1:]):  # nothing but stores: too little to tell copies by
+            return 1
+        return next((u for u in _UNROLL_FACTORS if all(f == u * e for f, e in zip(found, expected))), 1)
 
     def assign(kids: list[disasm.LoopInfo], candidates: list[Loop]) -> None:
         cursor = 0
@@ -211,12 +272,16 @@ def _map_function(
                 tir = candidates[best]
                 cursor = best + 1
                 var = tir.var
-                if tir is parallel:
-                    trips, source = math.ceil(tir.extent / threads), "tir"
-                elif known is not None:
+                extent = math.ceil(tir.extent / threads) if tir is parallel else tir.extent
+                if known is not None and tir is not parallel:
                     trips, source = known, "code"
+                elif tir.var in unrolled_by:
+                    trips, source = extent % unrolled_by[tir.var], "remainder"
+                elif (factor := copies(lp, tir)) > 1:
+                    trips, source = extent // factor, "unrolled"
+                    unrolled_by[tir.var] = factor
                 else:
-                    trips, source = tir.extent, "tir"
+                    trips, source = extent, "tir"
                 inside = _subtree_vars(tir) - {tir.var}
                 inner = [x for x in candidates if x.var in inside]
             trips_of[lp.header] = trips
@@ -331,7 +396,7 @@ def map_kernel(kernel: KernelIR, machine: Machine) -> tuple[FunctionMap, ...]:
     parallel = _parallel_loops(kernel)
     inside_parallel = set().union(*(_subtree_vars(p) for p in parallel)) if parallel else set()
     serial_scope = [lp for lp, _ in rolled if lp.var not in inside_parallel]
-    maps = [_map_function(f, serial_scope, None, 1) for f in named]
+    maps = [_map_function(f, serial_scope, None, 1, machine.lanes) for f in named]
     for pos, func in enumerate(outlined):
         if pos < len(parallel):
             par = parallel[pos]
@@ -339,9 +404,9 @@ def map_kernel(kernel: KernelIR, machine: Machine) -> tuple[FunctionMap, ...]:
             scope = [lp for lp, _ in rolled if lp.var in _subtree_vars(par)]
             if par not in scope:
                 scope.insert(0, par)
-            maps.append(_map_function(func, scope, par, threads))
+            maps.append(_map_function(func, scope, par, threads, machine.lanes))
         else:
-            maps.append(_map_function(func, [], None, machine.cores))
+            maps.append(_map_function(func, [], None, machine.cores, machine.lanes))
     return tuple(maps)
 
 

@@ -407,6 +407,7 @@ def compare_tuning(
     num_trials_per_iter: int = 32,
     seed: int = 0,
     progress: Progress = None,
+    reference: Any = None,
 ) -> list[dict[str, Any]]:
     """Tune ``workload`` offline with tuna (once per search) and with measurement; time each pick here.
 
@@ -415,7 +416,9 @@ def compare_tuning(
     MetaSchedule had measured when that tuna run's wall time had passed; None when it had
     measured none yet), and ``metaschedule`` (``trials`` measured candidates). Each row:
     ``method``, ``tune_seconds``, ``trials``, ``latency`` (the pick re-timed here, seconds)
-    and ``predicted`` (tuna's prediction of its own pick).
+    and ``predicted`` (tuna's prediction of its own pick). With ``reference`` (a measured pool
+    of the workload, :class:`tuna.bench.Pool`), a last row ``pool-best``: the pool's fastest
+    candidate re-timed here, with the pool's tuning time and trials.
 
     Raises
     ------
@@ -450,6 +453,16 @@ def compare_tuning(
             "tune_seconds": min(budget, run.tune_seconds),
             "trials": sum(1 for c in run.candidates if c.elapsed <= budget),
             "latency": time_schedule(apply_trace(mod, pick.trace).mod, mach, seed=seed) if pick else None,
+            "predicted": None,
+        })
+    if reference is not None:
+        _say(progress, f"{workload}: re-timing the best candidate of the pool {reference.name}")
+        best = reference.traces[int(reference.secs_a.argmin())]
+        rows.append({
+            "method": "pool-best",
+            "tune_seconds": reference.tune_seconds,
+            "trials": reference.trials,
+            "latency": time_schedule(apply_trace(mod, best).mod, mach, seed=seed),
             "predicted": None,
         })
     return rows
