@@ -1,11 +1,14 @@
 """The CPU IR tier: a static estimate from the loop tree alone, in a few milliseconds.
 
 Per statement it counts SIMD arithmetic, loads and stores the way LLVM will emit them for
-TVM's loops: vectorized loops become vector instructions of the target's width; the
-innermost unrolled and vectorized loops form a register tile in which each distinct
-vector is loaded once; loads invariant in the loops just outside the tile are hoisted
-while the tile fits in the vector registers. Reductions are bounded by the FMA latency
-over the tile's independent accumulators. Each top-level loop nest's core cycles are those
+TVM's loops: vectorized loops become vector instructions of the target's width, and LLVM's
+own full unrolling and auto-vectorization are applied to the loops TVM left serial
+(:func:`codegen_loops`); the innermost unrolled and vectorized loops form a register tile
+in which each distinct vector is loaded once; loads invariant in the loops just outside
+the tile are hoisted while the tile fits in the vector registers. Reductions are bounded by
+the FMA latency over the updates independent of each accumulator (those inside the
+innermost reduction loop, and instances of that loop the reorder buffer overlaps). Each
+top-level loop nest's core cycles are those
 of its busiest resource (FP pipes, load/store ports, front end, FMA chains), divided over
 the cores its outermost parallel loop can occupy; cache fills (integer-set data movement),
 DRAM traffic and calls of the C math library (one per lane of every exp, log, ...) are
@@ -17,9 +20,11 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import Counter
+from functools import cache
 from types import MappingProxyType
 
 from .. import linear
+from ..errors import TunaError
 from ..estimate import Estimate
 from ..ir import Access, KernelIR, Loop, LoopKind, Statement, walk
 from ..machine import Machine
@@ -58,6 +63,15 @@ def unrolled_loops(loops: tuple[Loop, ...]) -> set[str]:
     return unrolled
 
 
+@cache
+def _reorder_window(preset: str) -> int:
+    """Reorder-buffer entries of the preset's core (0 without micro-architecture data)."""
+    try:
+        return uarch(preset).rob_size
+    except TunaError:
+        return 0
+
+
 def _contiguous_in(access: Access, var: str) -> bool:
     """Whether consecutive iterations of ``var`` touch consecutive elements (unit stride, last dim)."""
     if not access.indices or any(ix.depends_on(var) for ix in access.indices[:-1]):
@@ -74,7 +88,8 @@ def codegen_loops(stmt: Statement, loops: tuple[Loop, ...], machine: Machine) ->
     and the SLP vectorizer the copies of an unrolled one, provided the loop runs over the
     stored element's last dimension and every access is contiguous in it or independent of
     it (floating-point reductions are not reordered without fast-math, so a reduction loop
-    stays scalar). The innermost such loop becomes vectorized.
+    stays scalar), and the statement has no condition (LLVM leaves conditional loads, such as
+    those of an inlined padding, scalar). The innermost such loop becomes vectorized.
     """
     if machine.in_order or not loops:
         return loops
@@ -93,8 +108,8 @@ def codegen_loops(stmt: Statement, loops: tuple[Loop, ...], machine: Machine) ->
                 break  # the innermost loop LLVM keeps rolled
             out[pos] = dataclasses.replace(lp, kind=LoopKind.UNROLLED)
         size *= lp.extent
-    if any(lp.kind == LoopKind.VECTORIZED for lp in loops):
-        return tuple(out)
+    if any(lp.kind == LoopKind.VECTORIZED for lp in loops) or stmt.op_count("cmp"):
+        return tuple(out)  # conditional loads (inlined padding) keep LLVM from vectorizing
     writes = [a for a in stmt.accesses if a.write]
     for pos in region:
         lp = loops[pos]
@@ -188,7 +203,7 @@ def statement_counts(stmt: Statement, loops: tuple[Loop, ...], machine: Machine)
             for lp in loops[reduce_at[-1] + 1 :]
         )
         instance = loops[reduce_at[-1]].extent * inner * max(1, stmt.op_count() + len(stmt.accesses))
-        overlap = max(1.0, uarch(machine).rob_size / instance)
+        overlap = max(1.0, _reorder_window(machine.name) / instance)
         chain = (stmt.op_count("fma") + stmt.op_count("add")) * execs // vl * vinstr
         counts["chain"] += chain * machine.latency.get("fma", 4) / (inner * overlap)
 
