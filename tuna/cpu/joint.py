@@ -217,11 +217,11 @@ def _map_function(
     """Match the machine loops of one function to the TIR loops in ``scope`` (pre-order).
 
     A machine loop whose trip count depends on run-time values (a parallel chunk) takes the
-    TIR loop's; when LLVM unrolled it (its own blocks store an exact multiple of what one
-    TIR iteration stores) the count is divided by that factor, and a second machine loop on
-    the same TIR loop is the unrolled loop's remainder. Stores, arithmetic and library calls
-    must all agree on the factor (spill stores around calls, or a reduction's store sunk out
-    of an inner loop, alone do not make a loop unrolled).
+    TIR loop's count. When LLVM unrolled it, the count is divided by the unroll factor and a
+    second machine loop on the same TIR loop is the remainder. The factor is the multiple of
+    one TIR iteration's stores, arithmetic and library calls found in the loop's own blocks,
+    all three agreeing (spill stores around calls, or a reduction's store sunk out of an
+    inner loop, alone do not make a loop unrolled).
     """
     infos = disasm.loops(code)
     by_header = {lp.header: lp for lp in infos}
