@@ -20,7 +20,6 @@ from ..ir import KernelIR
 from ..machine import Machine
 from . import ir_tier, joint, ooo
 
-_ARITHMETIC = ("fma", "add", "mul", "div")
 #: Share of the dynamic instructions whose blocks the simulator times.
 HOT_SHARE = 0.98
 
@@ -73,7 +72,7 @@ def estimate(kernel: KernelIR, machine: Machine) -> Estimate:
             # Calls leave the block for library code (expf, ...) the simulator cannot see.
             klasses = Counter(ins.klass for ins in blk.instructions)
             # x86 folds loads into arithmetic (vfmadd231ps z, z, [m] and embedded broadcasts).
-            folded = sum(ins.klass in _ARITHMETIC and "[" in ins.operands for ins in blk.instructions)
+            folded = sum(ins.klass in joint.ARITHMETIC and "[" in ins.operands for ins in blk.instructions)
             feats["calls"] += weight * klasses["call"]
             feats["load_ops"] += weight * (klasses["load"] + folded)
             feats["store_ops"] += weight * klasses["store"]

@@ -98,8 +98,6 @@ def codegen_loops(stmt: Statement, loops: tuple[Loop, ...], machine: Machine) ->
     size = len(stmt.accesses) + stmt.op_count()
     for pos in range(len(loops) - 1, -1, -1):
         lp = loops[pos]
-        if lp.kind == LoopKind.VECTORIZED:
-            return tuple(out)
         if lp.kind != LoopKind.SERIAL and lp.var not in unrolled:
             break
         region.append(pos)
@@ -109,7 +107,7 @@ def codegen_loops(stmt: Statement, loops: tuple[Loop, ...], machine: Machine) ->
             out[pos] = dataclasses.replace(lp, kind=LoopKind.UNROLLED)
         size *= lp.extent
     if any(lp.kind == LoopKind.VECTORIZED for lp in loops) or stmt.op_count("cmp"):
-        return tuple(out)  # conditional loads (inlined padding) keep LLVM from vectorizing
+        return tuple(out)  # vectorized by TVM already, or conditional loads (inlined padding)
     writes = [a for a in stmt.accesses if a.write]
     for pos in region:
         lp = loops[pos]

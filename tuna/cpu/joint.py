@@ -168,8 +168,8 @@ def _compatible(trips: int | None, extent: int) -> int:
     return 1 if any(trips * u == extent for u in _UNROLL_FACTORS) else 0
 
 
-#: Arithmetic classes counted in a loop's signature (TIR op classes and machine classes alike).
-_SIGNATURE_ARITHMETIC = ("fma", "add", "mul", "div")
+#: Arithmetic classes: TIR op classes and machine instruction classes alike.
+ARITHMETIC = ("fma", "add", "mul", "div")
 
 
 def _tir_signature(loop: Loop, rolled: set[str], lanes: Callable[[int], int]) -> tuple[int, int, int]:
@@ -192,7 +192,7 @@ def _tir_signature(loop: Loop, rolled: set[str], lanes: Callable[[int], int]) ->
             else:
                 instructions = copies * math.ceil(vector / lanes(node.dtype_bytes))
                 stores += sum(acc.write for acc in node.accesses) * instructions
-                arith += sum(node.op_count(k) for k in _SIGNATURE_ARITHMETIC) * instructions
+                arith += sum(node.op_count(k) for k in ARITHMETIC) * instructions
                 calls += node.op_count("math") * copies * vector  # one call per lane
 
     visit(loop.body, 1, 1)
@@ -206,7 +206,7 @@ def _code_signature(code: MachineCode, blocks: frozenset[int]) -> tuple[int, int
         if blk.start in blocks:
             for ins in blk.instructions:
                 stores += (ins.klass == "store") * (1 + ins.mnemonic.startswith("stp"))
-                arith += ins.klass in _SIGNATURE_ARITHMETIC
+                arith += ins.klass in ARITHMETIC
                 calls += ins.klass == "call"
     return stores, arith, calls
 
