@@ -24,6 +24,12 @@ def test_time_schedule_gives_seconds_per_run():
     assert math.isfinite(secs) and 0 < secs < 1.0
 
 
+def test_schedules_compared_are_timed_in_turn():
+    fast = load_workload("NRM:0")
+    secs = measure.time_interleaved([fast, None, fast], "zen4", rounds=2, repeat=2, min_repeat_ms=5)
+    assert secs[1] is None and all(math.isfinite(s) and 0 < s < 1.0 for s in (secs[0], secs[2]))
+
+
 class NumpyOps:
     """A reference for the operations the BERT layer uses (float64 numpy)."""
 

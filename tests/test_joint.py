@@ -47,6 +47,13 @@ def test_two_iteration_flag_loops_and_spilled_counters_get_their_trip_counts():
     assert _outlined_loops("c2d-1-c18-zen4") == [[2, 2, 4, 4, 7, None]]
 
 
+def test_nested_flag_loops_are_decided_by_their_own_latches():
+    # co_1 and rc_0 (2 iterations each) are both flag loops; the inner one's latch lies at a
+    # lower address than the outer one's, so following the body in address order would
+    # read the inner flag's test for the outer loop (and count one iteration each).
+    assert _outlined_loops("c1d-0-flags-zen4") == [[2, 2, 32, None]]
+
+
 def test_loops_versioned_behind_a_branch_share_the_iterations():
     # c6: LLVM unrolled rl_0 (3) and gave its first copy two versions behind a branch, so
     # 8 inner loops of 16 trips exist where 6 run; rl_0's counter lives in a stack slot.

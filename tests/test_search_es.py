@@ -92,6 +92,22 @@ def test_invalid_candidates_are_never_best_and_rank_last():
     assert np.exp(search.space_logits[0]) / np.exp(search.space_logits).sum() < 1 / 3
 
 
+def test_rejected_candidates_leave_the_best_and_count_as_worst():
+    search = _search()
+    es.run(search, _evaluate(_objective()), 300)
+    top = [c for c, _ in search.best(3)]
+    search.reject(top[:2])
+    assert [c for c, _ in search.best(1)] == top[2:]
+    assert all(search.scores[c] == es.WORST for c in top[:2])
+    again = es.EvolutionStrategies.from_state(json.loads(json.dumps(search.state())))
+    assert again.best(5) == search.best(5)
+    # A generation that samples a rejected candidate again ranks it last, at no cost.
+    gen = es.Generation((top[0], top[2]), (1.0, 1.0), ())
+    before = search.generation
+    search.tell(gen, {})
+    assert search.generation == before + 1 and search.scores[top[0]] == es.WORST
+
+
 def test_utilities_are_zero_sum_rank_based_and_share_ties():
     u = es.utilities([3.0, 1.0, 2.0, 1.0])
     assert abs(u.sum()) < 1e-12

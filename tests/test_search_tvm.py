@@ -10,6 +10,7 @@ import sys
 import time
 
 import pytest
+import tvm_ffi
 from tvm.s_tir import meta_schedule as ms
 
 import tuna
@@ -111,6 +112,34 @@ def test_tune_tir_takes_the_es_strategy_with_any_cost_model(tmp_path, model):
     assert lines and lines[-1].es.evaluations > 0 and {p.measured for p in lines} == {0, 4}
     if model == "tuna":
         assert lines[-1].best_seconds is not None and lines[-1].es.candidates_per_second > 0
+
+
+def test_re_ranking_hands_over_the_full_tiers_best_distinct_schedules(tmp_path):
+    mod = integration.load_workload("GMM:0")
+    machine = tuna.resolve("zen4")
+    state = tmp_path / "es.json"
+    strategy = tuna.ESSearch(16, 2, score="ir", machine=machine, rerank=2, seed=3, state_path=state)
+    database = ms.tune_tir(mod, integration.tvm_target(machine), str(tmp_path), max_trials_global=4,
+                           num_trials_per_iter=4, cost_model=ms.cost_model.RandomModel(seed=0),
+                           runner=tuna.StaticRunner(machine), builder=tuna.StaticBuilder(), strategy=strategy,
+                           num_tuning_cores=1, seed=1)
+    records = database.get_all_tuning_records()
+    saved = json.loads(state.read_text())
+    handed = {tuple(c) for c in saved["measured"]}
+    full = {tuple(c): v for c, v in saved["full"]}
+    assert len(records) == len(handed) == 4 and len(full) == 8
+    # The four handed over are the full tier's best four of the eight it re-ranked ...
+    assert sorted(full.values(), reverse=True)[:4] == sorted((full[c] for c in handed), reverse=True)
+    # ... the runner, analysing what the builder made of them, predicts what the workers did ...
+    assert sorted(math.exp(-full[c]) for c in handed) == pytest.approx(sorted(float(r.run_secs[0]) for r in records))
+    # ... and no two are the same schedule.
+    built = [integration.apply_trace(mod, integration._plain(r.trace.as_json())).mod for r in records]
+    assert len({tvm_ffi.structural_hash(m) for m in built}) == 4
+
+
+def test_re_ranking_needs_the_ir_tier():
+    with pytest.raises(tuna.TunaError, match="rerank"):
+        tuna.ESSearch(16, score="model", rerank=2)
 
 
 def _records(work_dir):

@@ -61,6 +61,14 @@ def test_a_crash_a_hang_or_an_error_costs_only_its_candidate():
         assert pool([2, 3]) == [4.0, 9.0]
 
 
+def test_a_batch_can_have_its_own_time_limit():
+    with workers.ProcessPool(setup_offset, score_faulty, 0.0, workers=2, timeout=120.0) as pool:
+        start = time.monotonic()
+        assert pool([11, 2], timeout=1.0) == [es.WORST, 4.0]
+        assert time.monotonic() - start < 30  # the batch's 1 s, not the pool's 120 s
+        assert pool.timed_out == 1
+
+
 def test_a_search_goes_on_through_faulty_candidates():
     space = es.SearchSpace(((6, 6, 6),))
     search = es.EvolutionStrategies(space, es.ESConfig(population=8), seed=0)

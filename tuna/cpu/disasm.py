@@ -542,14 +542,16 @@ def _flag_trips(isa, header, body, latches, by_start, preheader, idom) -> int | 
                 state[_full(w)] = const
         return None
 
-    inner = [b for b in sorted(body) if b != header]
-    order = [header, *inner]
+    # The latch runs last and its own test decides: blocks of inner loops, which may lie at
+    # lower addresses than the latch, have flag tests of their own.
+    inner = [b for b in sorted(body) if b not in (header, latches[0])]
+    order = [header, *inner] if header == latches[0] else [header, *inner, latches[0]]
     for iteration in range(1, _FLAG_LIMIT + 1):
         truth = None
         for start in order:
             for ins in by_start[start].instructions:
                 result = execute(ins)
-                if result is not None or ins.mnemonic in ("test", "cmp"):
+                if start == latches[0] and (result is not None or ins.mnemonic in ("test", "cmp")):
                     truth = result
         if truth is None:
             return None

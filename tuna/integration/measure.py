@@ -20,7 +20,7 @@ import math
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,8 @@ logger = logging.getLogger("tuna")
 REPEAT = 5
 #: ... each running the kernel for at least this many milliseconds.
 MIN_REPEAT_MS = 30
+#: Rounds of :func:`time_interleaved`: schedules compared are timed in turn this many times.
+ROUNDS = 3
 #: Seconds MetaSchedule's LocalBuilder may take per candidate (its default, 30, is too
 #: short on a loaded 2-core machine: every candidate fails).
 BUILD_TIMEOUT = 120.0
@@ -209,6 +211,41 @@ def time_schedule(
         return timer(repeat, min_repeat_ms)
     except Exception as err:
         raise MeasureError(f"the schedule failed to run: {type(err).__name__}: {err}") from err
+
+
+def time_interleaved(
+    mods: Sequence[tvm.IRModule | None],
+    target: Any,
+    *,
+    machine: str | None = None,
+    rounds: int = ROUNDS,
+    repeat: int = REPEAT,
+    min_repeat_ms: int = MIN_REPEAT_MS,
+    seed: int = 0,
+) -> list[float | None]:
+    """Seconds per run of several schedules that are to be compared, timed in turn.
+
+    Each round times every schedule once (as :func:`time_schedule` does); each gets the
+    median of its rounds. A change in the machine's load (these machines are shared)
+    then falls on all schedules alike instead of on whichever was timed at the time.
+    A None in ``mods`` gets None.
+
+    Raises
+    ------
+    MeasureError
+        As :func:`time_schedule`.
+    """
+    timers = [None if m is None else compile_timer(m, target, machine=machine, seed=seed) for m in mods]
+    times: list[list[float]] = [[] for _ in timers]
+    for _ in range(max(1, rounds)):
+        for timer, out in zip(timers, times):
+            if timer is None:
+                continue
+            try:
+                out.append(timer(repeat, min_repeat_ms))
+            except Exception as err:
+                raise MeasureError(f"the schedule failed to run: {type(err).__name__}: {err}") from err
+    return [float(statistics.median(t)) if t else None for t in times]
 
 
 # ---------------------------------------------------------------------------------------
@@ -418,7 +455,8 @@ def compare_tuning(
     ``method``, ``tune_seconds``, ``trials``, ``latency`` (the pick re-timed here, seconds)
     and ``predicted`` (tuna's prediction of its own pick). With ``reference`` (a measured pool
     of the workload, :class:`tuna.bench.Pool`), a last row ``pool-best``: the pool's fastest
-    candidate re-timed here, with the pool's tuning time and trials.
+    candidate re-timed here, with the pool's tuning time and trials. All picks are timed at
+    the end, in turn (:func:`time_interleaved`), so that they are compared under one load.
 
     Raises
     ------
@@ -430,7 +468,7 @@ def compare_tuning(
     mach = check_runnable(target, machine)
     mod = load_workload(workload)
     root = Path(work_dir)
-    rows, budgets = [], []
+    rows, budgets, picks = [], [], []
     for search in searches:
         _say(progress, f"{workload}: tuna offline, {trials} candidates ({search} search)")
         result = tune(mod, mach, root / f"tuna-{search}", max_trials=trials, num_trials_per_iter=num_trials_per_iter,
@@ -439,9 +477,9 @@ def compare_tuning(
             "method": f"tuna-{search}",
             "tune_seconds": result.tune_seconds,
             "trials": result.trials,
-            "latency": time_schedule(result.schedule.mod, mach, seed=seed),
             "predicted": result.predicted_seconds,
         })
+        picks.append(result.schedule.mod)
         budgets.append((f"metaschedule@tuna-{search}-time", result.tune_seconds))
     _say(progress, f"{workload}: MetaSchedule with measurement, {trials} trials")
     run = tune_measured(mod, mach, root / "metaschedule", trials, num_trials_per_iter=num_trials_per_iter, seed=seed,
@@ -452,19 +490,22 @@ def compare_tuning(
             "method": method,
             "tune_seconds": min(budget, run.tune_seconds),
             "trials": sum(1 for c in run.candidates if c.elapsed <= budget),
-            "latency": time_schedule(apply_trace(mod, pick.trace).mod, mach, seed=seed) if pick else None,
             "predicted": None,
         })
+        picks.append(apply_trace(mod, pick.trace).mod if pick else None)
     if reference is not None:
-        _say(progress, f"{workload}: re-timing the best candidate of the pool {reference.name}")
         best = reference.traces[int(reference.secs_a.argmin())]
         rows.append({
             "method": "pool-best",
             "tune_seconds": reference.tune_seconds,
             "trials": reference.trials,
-            "latency": time_schedule(apply_trace(mod, best).mod, mach, seed=seed),
             "predicted": None,
         })
+        picks.append(apply_trace(mod, best).mod)
+    what = f" and the best of the pool {reference.name}" if reference is not None else ""
+    _say(progress, f"{workload}: timing the picks{what} here, in turn, {ROUNDS} rounds")
+    for row, latency in zip(rows, time_interleaved(picks, mach, seed=seed)):
+        row["latency"] = latency
     return rows
 
 

@@ -268,12 +268,20 @@ def worker_setup(spec: dict[str, Any]) -> WorkerState:
     return WorkerState(mod, postprocs, machine, spec["tier"])
 
 
-def worker_score(state: WorkerState, trace_json: Any) -> float:
-    """Score one candidate (higher is better): :data:`~tuna.search.es.WORST` if it does not build."""
+def worker_score(state: WorkerState, payload: Any) -> float:
+    """Score one candidate (higher is better): :data:`~tuna.search.es.WORST` if it does not build.
+
+    ``payload`` is a trace (JSON), scored with the worker's tier, or ``{"trace": ...,
+    "tier": ...}`` to score it with another tier (the full tier re-ranking IR picks).
+    """
+    if isinstance(payload, dict):
+        trace_json, tier = payload["trace"], payload["tier"]
+    else:
+        trace_json, tier = payload, state.tier
     sch = build(state.mod, trace_json, state.postprocs)
     if sch is None:
         return es_mod.WORST
-    return estimate_module(sch.mod, state.machine, state.tier).score
+    return estimate_module(sch.mod, state.machine, tier).score
 
 
 # ---------------------------------------------------------------------------------------
@@ -293,11 +301,17 @@ class SearchProgress:
         Candidates handed to the builder and runner so far (earlier runs included).
     max_trials : int
         The run's trial budget.
+    reranked : int
+        Candidates the full tier has re-ranked so far (``rerank``).
+    rejected : int
+        Of those, the ones it failed or that ran past the time limit.
     """
 
     es: es_mod.Progress
     measured: int
     max_trials: int
+    reranked: int = 0
+    rejected: int = 0
 
     @property
     def best_seconds(self) -> float | None:
@@ -329,6 +343,14 @@ class ESSearch(PySearchStrategy):
         A Dask scheduler address (``tcp://host:port``) or ``local:N``; overrides ``workers``.
     timeout : float
         Seconds one candidate may take in a worker before it scores worst.
+    rerank : int
+        With ``score="ir"``: at each hand-over, score the ``rerank * n`` best distinct
+        candidates of the IR tier with the full tier, in the workers, and hand over the
+        ``n`` best of those (0: hand over the IR tier's ``n`` best). The full tier ranks
+        better, and a candidate whose full analysis (LLVM's compile included) fails or
+        runs past ``rerank_timeout`` is not handed over at all.
+    rerank_timeout : float
+        Seconds one candidate's full analysis may take in a worker when re-ranking.
     seed : int
         Seed of the ES.
     state_path : path, optional
@@ -350,6 +372,8 @@ class ESSearch(PySearchStrategy):
         workers: int = 1,
         cluster: str | None = None,
         timeout: float = 60.0,
+        rerank: int = 0,
+        rerank_timeout: float = 10.0,
         seed: int = 0,
         state_path: str | os.PathLike | None = None,
         progress: Callable[[SearchProgress], None] | None = None,
@@ -358,12 +382,15 @@ class ESSearch(PySearchStrategy):
         super().__init__()
         if score not in ("model", "ir", "full"):
             raise TunaError(f"ESSearch(score={score!r}): choose model, ir or full")
+        if rerank < 0 or (rerank and score != "ir"):
+            raise TunaError(f"ESSearch(rerank={rerank}): re-ranking needs score='ir' and a factor >= 0")
         base = config or es_mod.ESConfig()
         self.config = es_mod.ESConfig(**{**{k: getattr(base, k) for k in es_mod.ESConfig.__dataclass_fields__},
                                          "population": population})
         self.generations_per_round = generations_per_round
         self.score, self.machine, self.workers, self.cluster = score, machine, workers, cluster
         self.timeout, self.seed, self.progress = timeout, seed, progress
+        self.rerank, self.rerank_timeout = int(rerank), float(rerank_timeout)
         self.state_path = Path(state_path) if state_path is not None else None
         self._ctx = None
         self._run: _Run | None = None
@@ -401,6 +428,8 @@ class ESSearch(PySearchStrategy):
             workers=self.workers,
             cluster=self.cluster,
             timeout=self.timeout,
+            rerank=self.rerank,
+            rerank_timeout=self.rerank_timeout,
             seed=self.seed,
             state_path=self.state_path,
             progress=self.progress,
@@ -423,8 +452,20 @@ class _Run:
         self.spaces = spaces_from_schedules(self.mod, schedules)
         self.fingerprint = self._fingerprint()
         self.database = database
+        # measured: handed to the builder (they count as trials); passed over: not to be
+        # offered (they do not build, repeat a handed-over schedule or failed the full
+        # tier); full: the full tier's scores of re-ranked candidates.
         self.measured: set[es_mod.Candidate] = set()
+        self.passed: set[es_mod.Candidate] = set()
+        self.full: dict[es_mod.Candidate, float] = {}
         self.es = self._load() or es_mod.EvolutionStrategies(self.spaces.search_space(), owner.config, seed=owner.seed)
+        # Structural hashes of the schedules handed over: EvolutionStrategies's candidates
+        # differ in decisions, and decisions that do not matter make the same schedule.
+        self.handed: set[int] = set()
+        for cand in self.measured:
+            sch = build(self.mod, self.spaces.trace(cand), self.postprocs)
+            if sch is not None:
+                self.handed.add(int(tvm_ffi.structural_hash(sch.mod)))
         self.evaluate = self._evaluator()
         self.empty_rounds = 0
 
@@ -453,6 +494,8 @@ class _Run:
         if len(self.measured) < len(handed):
             logger.info("tuna search: %d handed-over candidates never reached the database; offering them again",
                         len(handed) - len(self.measured))
+        self.passed = {tuple(c) for c in saved.get("passed", [])}
+        self.full = {tuple(c): float(v) for c, v in saved.get("full", [])}
         return es_mod.EvolutionStrategies.from_state(saved["es"])
 
     def _recorded(self) -> set[str]:
@@ -473,6 +516,8 @@ class _Run:
         if path is None:
             return
         data = {"fingerprint": self.fingerprint, "measured": sorted(list(c) for c in self.measured),
+                "passed": sorted(list(c) for c in self.passed),
+                "full": sorted([list(c), v] for c, v in self.full.items()),
                 "es": self.es.state()}
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(path.suffix + ".tmp")
@@ -505,7 +550,8 @@ class _Run:
 
     def _report(self, p: es_mod.Progress) -> None:
         if self.owner.progress is not None:
-            self.owner.progress(SearchProgress(p, len(self.measured), self.max_trials))
+            rejected = sum(v <= es_mod.WORST for v in self.full.values())
+            self.owner.progress(SearchProgress(p, len(self.measured), self.max_trials, len(self.full), rejected))
 
     def next_candidates(self):
         remaining = self.max_trials - len(self.measured)
@@ -517,11 +563,10 @@ class _Run:
         for _ in range(3):  # a round whose best are all handed over already: search on
             es_mod.run(self.es, self.evaluate, per_round, max_generations=self.owner.generations_per_round,
                        progress=self._report)
-            for cand, _ in self.es.best(want, exclude=self.measured.__contains__):
-                sch = build(self.mod, self.spaces.trace(cand), self.postprocs)
+            for cand, sch in self._pick(want):
                 self.measured.add(cand)
-                if sch is not None:
-                    picks.append(ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_entry_func(sch.mod, True)))
+                self.handed.add(int(tvm_ffi.structural_hash(sch.mod)))
+                picks.append(ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_entry_func(sch.mod, True)))
             if picks:
                 self.save()
                 break
@@ -529,6 +574,36 @@ class _Run:
             logger.info("tuna search: no new candidate after three rounds; the search stops")
             return None
         return picks
+
+    def _pick(self, want: int) -> list[tuple[es_mod.Candidate, s_tir.Schedule]]:
+        """The ``want`` candidates to hand over: the ES's best distinct schedules, re-ranked if asked."""
+        rerank = self.owner.rerank
+        size = want * max(1, rerank)
+        chosen: list[tuple[es_mod.Candidate, s_tir.Schedule]] = []
+        seen = set(self.handed)
+        for cand, _ in self.es.best(self.owner.config.keep, exclude=lambda c: c in self.measured or c in self.passed):
+            sch = build(self.mod, self.spaces.trace(cand), self.postprocs)
+            key = None if sch is None else int(tvm_ffi.structural_hash(sch.mod))
+            if key is None or key in seen:
+                self.passed.add(cand)
+                continue
+            seen.add(key)
+            chosen.append((cand, sch))
+            if len(chosen) == size:
+                break
+        if not rerank or not chosen:
+            return chosen[:want]
+        todo = [c for c, _ in chosen if c not in self.full]
+        payloads = [{"trace": self.spaces.trace(c), "tier": "full"} for c in todo]
+        start = time.perf_counter()
+        self.full.update(zip(todo, self.pool(payloads, timeout=self.owner.rerank_timeout)))
+        failed = {c for c, _ in chosen if self.full[c] <= es_mod.WORST}
+        self.passed |= failed
+        self.es.reject(sorted(failed))
+        logger.info("tuna search: full tier re-ranked %d candidates in %.1f s (%d failed or ran past %g s)",
+                    len(todo), time.perf_counter() - start, len(failed), self.owner.rerank_timeout)
+        good = sorted((x for x in chosen if x[0] not in failed), key=lambda x: -self.full[x[0]])
+        return good[:want]
 
     def close(self) -> None:
         self.save()
@@ -578,6 +653,9 @@ def search(
 #: ES generation size used by :func:`es_strategy` (tune(search="es")).
 ES_POPULATION = 64
 
+#: Full-tier re-ranking factor used by :func:`es_strategy` (see :class:`ESSearch`).
+ES_RERANK = 3
+
 #: File in a tuning work directory that keeps the ES state between runs.
 STATE_FILE = "tuna-es-state.json"
 
@@ -596,7 +674,8 @@ def es_strategy(
     Per round it scores as many candidates as MetaSchedule's EvolutionarySearch asks its
     cost model for with the same ``population_size`` (the initial population and four
     genetic iterations: ``5 * population_size``), with tuna's IR tier, in ``workers``
-    processes (None: one per physical core).
+    processes (None: one per physical core), then re-ranks the best ``ES_RERANK`` times as
+    many candidates as it hands over with the full tier, in the same workers.
     """
     generations = max(1, math.ceil(5 * population_size / ES_POPULATION))
     if workers is None:
@@ -607,8 +686,9 @@ def es_strategy(
             return
         best = p.best_seconds
         best_text = f"{best * 1e6:10.1f} us" if best is not None else "      none"
+        rerank = f"{p.reranked} re-ranked by the full tier ({p.rejected} rejected) | " if ES_RERANK else ""
         progress(f"  es generation {p.es.generation:>4} | best predicted {best_text} | "
-                 f"{p.es.evaluations:>6} scored ({p.es.candidates_per_second:,.0f}/s) | "
+                 f"{p.es.evaluations:>6} scored ({p.es.candidates_per_second:,.0f}/s) | {rerank}"
                  f"{p.measured}/{p.max_trials} handed to the runner")
 
     return ESSearch(
@@ -618,6 +698,7 @@ def es_strategy(
         machine=machine,
         workers=workers,
         cluster=cluster,
+        rerank=ES_RERANK,
         seed=0 if seed is None else int(seed),
         state_path=Path(work_dir) / STATE_FILE,
         progress=report,

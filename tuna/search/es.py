@@ -348,6 +348,19 @@ class EvolutionStrategies:
         self._threshold = float(np.quantile(valid, 0.8)) if len(valid) else None
         self.generation += 1
 
+    def reject(self, cands: Sequence[Candidate]) -> None:
+        """Score candidates :data:`WORST` after the fact (a later, finer check failed them).
+
+        They leave the best candidates, and a generation that samples one again counts
+        it as the worst, so the distribution moves away from it as it would have had the
+        candidate failed to build in the first place.
+        """
+        gone = {tuple(c) for c in cands}
+        for cand in gone:
+            self.scores[cand] = WORST
+        self._best = [item for item in self._best if item[1] not in gone]
+        heapq.heapify(self._best)
+
     def _remember(self, cand: Candidate, score: float) -> None:
         if score <= WORST:
             return

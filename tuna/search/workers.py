@@ -65,7 +65,8 @@ class SerialEvaluator:
         self._state: Any = None
         self._ready = False
 
-    def __call__(self, payloads: Sequence[Any]) -> list[float]:
+    def __call__(self, payloads: Sequence[Any], timeout: float | None = None) -> list[float]:
+        """Score ``payloads`` in order (``timeout`` cannot be enforced in this process)."""
         if not self._ready:
             self._state, self._ready = self._setup(self._arg), True
         return [_safe_score(self._score, self._state, p) for p in payloads]
@@ -223,7 +224,9 @@ class ProcessPool:
         self._await_ready(fresh)
         return fresh
 
-    def __call__(self, payloads: Sequence[Any]) -> list[float]:
+    def __call__(self, payloads: Sequence[Any], timeout: float | None = None) -> list[float]:
+        """Score ``payloads``; ``timeout`` (seconds a payload) overrides the pool's for this batch."""
+        limit = self.timeout if timeout is None else timeout
         self.start()
         results: list[float | None] = [None] * len(payloads)
         pending = list(range(len(payloads)))[::-1]
@@ -239,7 +242,7 @@ class ProcessPool:
         for w in list(self._pool):
             feed(w)
         while busy:
-            deadline = min(w.started for w in busy.values()) + self.timeout
+            deadline = min(w.started for w in busy.values()) + limit
             ready = wait(list(busy) + [w.process.sentinel for w in busy.values()],
                          timeout=max(0.0, deadline - time.monotonic()))
             for w in list(busy.values()):
@@ -259,9 +262,9 @@ class ProcessPool:
                     self.crashed += 1
                     logger.warning("tuna search: a worker died (exit code %s) scoring candidate %d; "
                                    "it scores worst", w.process.exitcode, w.task)
-                elif time.monotonic() - w.started > self.timeout:
+                elif time.monotonic() - w.started > limit:
                     self.timed_out += 1
-                    logger.warning("tuna search: candidate %d ran past %g s; it scores worst", w.task, self.timeout)
+                    logger.warning("tuna search: candidate %d ran past %g s; it scores worst", w.task, limit)
                 else:
                     continue
                 results[w.task] = WORST
@@ -410,7 +413,8 @@ class DaskEvaluator:
         """Worker threads the scheduler knows of now."""
         return max(1, sum(w.get("nthreads", 1) for w in self._client.scheduler_info()["workers"].values()))
 
-    def __call__(self, payloads: Sequence[Any]) -> list[float]:
+    def __call__(self, payloads: Sequence[Any], timeout: float | None = None) -> list[float]:
+        """Score ``payloads``; ``timeout`` (seconds a payload) overrides the evaluator's for this batch."""
         from distributed import wait as dask_wait
 
         if not payloads:
@@ -420,7 +424,8 @@ class DaskEvaluator:
                                    [self._key] * len(payloads), [self._arg] * len(payloads), list(payloads),
                                    pure=False)
         per_worker = math.ceil(len(payloads) / self.workers)
-        done, not_done = dask_wait(futures, timeout=self.timeout * per_worker + 30, return_when="ALL_COMPLETED")
+        limit = self.timeout if timeout is None else timeout
+        done, not_done = dask_wait(futures, timeout=limit * per_worker + 30, return_when="ALL_COMPLETED")
         out = []
         for fut in futures:
             if fut in done and fut.status == "finished":
