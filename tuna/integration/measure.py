@@ -206,11 +206,9 @@ def time_schedule(
     MeasureError
         When the target cannot run here, the module does not compile or the run fails.
     """
-    timer = compile_timer(mod, target, machine=machine, seed=seed)
-    try:
-        return timer(repeat, min_repeat_ms)
-    except Exception as err:
-        raise MeasureError(f"the schedule failed to run: {type(err).__name__}: {err}") from err
+    (secs,) = time_interleaved([mod], target, machine=machine, rounds=1, repeat=repeat,
+                               min_repeat_ms=min_repeat_ms, seed=seed)
+    return secs
 
 
 def time_interleaved(
