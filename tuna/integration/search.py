@@ -563,9 +563,9 @@ class _Run:
         for _ in range(3):  # a round whose best are all handed over already: search on
             es_mod.run(self.es, self.evaluate, per_round, max_generations=self.owner.generations_per_round,
                        progress=self._report)
-            for cand, sch in self._pick(want):
+            for cand, sch, key in self._pick(want):
                 self.measured.add(cand)
-                self.handed.add(int(tvm_ffi.structural_hash(sch.mod)))
+                self.handed.add(key)
                 picks.append(ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_entry_func(sch.mod, True)))
             if picks:
                 self.save()
@@ -575,11 +575,14 @@ class _Run:
             return None
         return picks
 
-    def _pick(self, want: int) -> list[tuple[es_mod.Candidate, s_tir.Schedule]]:
-        """The ``want`` candidates to hand over: the ES's best distinct schedules, re-ranked if asked."""
+    def _pick(self, want: int) -> list[tuple[es_mod.Candidate, s_tir.Schedule, int]]:
+        """The ``want`` candidates to hand over, with their schedules and structural hashes.
+
+        The ES's best distinct schedules, re-ranked by the full tier if asked.
+        """
         rerank = self.owner.rerank
         size = want * max(1, rerank)
-        chosen: list[tuple[es_mod.Candidate, s_tir.Schedule]] = []
+        chosen: list[tuple[es_mod.Candidate, s_tir.Schedule, int]] = []
         seen = set(self.handed)
         for cand, _ in self.es.best(self.owner.config.keep, exclude=lambda c: c in self.measured or c in self.passed):
             sch = build(self.mod, self.spaces.trace(cand), self.postprocs)
@@ -588,16 +591,16 @@ class _Run:
                 self.passed.add(cand)
                 continue
             seen.add(key)
-            chosen.append((cand, sch))
+            chosen.append((cand, sch, key))
             if len(chosen) == size:
                 break
         if not rerank or not chosen:
             return chosen[:want]
-        todo = [c for c, _ in chosen if c not in self.full]
+        todo = [c for c, _, _ in chosen if c not in self.full]
         payloads = [{"trace": self.spaces.trace(c), "tier": "full"} for c in todo]
         start = time.perf_counter()
         self.full.update(zip(todo, self.pool(payloads, timeout=self.owner.rerank_timeout)))
-        failed = {c for c, _ in chosen if self.full[c] <= es_mod.WORST}
+        failed = {c for c, _, _ in chosen if self.full[c] <= es_mod.WORST}
         self.passed |= failed
         self.es.reject(sorted(failed))
         logger.info("tuna search: full tier re-ranked %d candidates in %.1f s (%d failed or ran past %g s)",
