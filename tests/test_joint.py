@@ -54,6 +54,33 @@ def test_nested_flag_loops_are_decided_by_their_own_latches():
     assert _outlined_loops("c1d-0-flags-zen4") == [[2, 2, 32, None]]
 
 
+def test_unrolled_copies_that_share_a_counter_start_where_the_previous_copy_ended():
+    # c2 on AArch64: LLVM unrolled l_1 (2) and rl_1 (3) into six rc_1 loops of 64 trips; the
+    # copies count one register through [0, 0x8000), [0x8000, 0x10000), [0x10000, 0x18000),
+    # so a copy's start is its predecessor's exit value, and the bounds are shifted
+    # immediates (`cmp x14, #0x10, lsl #12`), a compare Capstone 5 reports as writing x14.
+    assert _outlined_loops("c1d-0-c2-graviton2") == [[64] * 6 + [17, 8, None]]
+
+
+def test_a_counter_stepped_by_a_register_holding_a_constant():
+    # c20 on AArch64: rh_0 (3) counts `adds x2, x2, x26; b.ne` up to zero from -0xab00,
+    # with x26 set to the step before the loop.
+    assert _outlined_loops("dep-0-c20-graviton2") == [[3, 4, 114, 14, 2, 4, 30, None]]
+
+
+def test_a_chunk_loop_vectorized_across_iterations_and_its_remainder_share_the_chunk():
+    # c21 on AArch64: LLVM unrolled i_j_fused_1 (8) fully and vectorized the parallel chunk
+    # loop by 4 (8 fmla on 4 lanes do 4 rows), with a scalar remainder loop behind branches
+    # that only test for chunks shorter than 4: 8192 rows over 64 cores is 32 trips and 0.
+    kernel, preset = _kernel("nrm-0-c21-graviton2")
+    outlined = joint.map_kernel(kernel, preset)[-1]
+    assert [(m.tir_var, m.trips, m.source) for m in outlined.loops] == [
+        ("b_i_j_fused_0_fused", 32, "unrolled"),
+        ("b_i_j_fused_0_fused", 0, "remainder"),
+    ]
+    assert outlined.weights[outlined.loops[0].header] == 32
+
+
 def test_loops_versioned_behind_a_branch_share_the_iterations():
     # c6: LLVM unrolled rl_0 (3) and gave its first copy two versions behind a branch, so
     # 8 inner loops of 16 trips exist where 6 run; rl_0's counter lives in a stack slot.

@@ -190,15 +190,24 @@ def _decoders(isa: str) -> tuple[capstone.Cs, capstone.Cs]:
     return lite, md
 
 
+_A64_COMPARES = frozenset({"cmp", "cmn", "tst"})
+
+
 def _info(isa: str, md: capstone.Cs, code: bytes, base: int, at: int, size: int, mnemonic: str, operands: str):
     key = (isa, mnemonic, operands)
     found = _INFO.get(key)
     if found is None:
         ins = next(md.disasm(code[at - base : at - base + size], at))
-        reads, writes = ins.regs_access()
+        reads, writes = (tuple(ins.reg_name(r) for r in regs) for regs in ins.regs_access())
+        if isa == "aarch64" and mnemonic in _A64_COMPARES:
+            # Capstone 5 reports the compared register of these aliases (subs/adds/ands with
+            # a zero destination) as written and not read, which would cut the dependency on
+            # the instruction computing it and hide a loop counter's step from data flow.
+            first = operands.split(",", 1)[0].strip()
+            reads, writes = (*reads, first), tuple(w for w in writes if w != first)
         found = (
-            tuple(ins.reg_name(r) for r in reads),
-            tuple(ins.reg_name(r) for r in writes),
+            reads,
+            writes,
             _classify(isa, ins),
             _is_jump(ins),
             bool(ins.group(capstone.CS_GRP_RET)),
@@ -263,7 +272,6 @@ def loops(code: MachineCode) -> list[LoopInfo]:
             b = idom[b]
         return b == a
 
-    by_start = {b.start: b for b in code.blocks}
     found: dict[int, set[int]] = {}
     latches: dict[int, list[int]] = {}
     for src, dst in graph.edges:
@@ -271,12 +279,13 @@ def loops(code: MachineCode) -> list[LoopInfo]:
             body = {dst} | nx.ancestors(graph.subgraph(n for n in graph if dominates(dst, n)), src) | {src}
             found.setdefault(dst, set()).update(body)
             latches.setdefault(dst, []).append(src)
+    flow = _Flow(code.isa, {b.start: b for b in code.blocks}, graph, idom, found, latches)
     ordered = sorted(found.items(), key=lambda hb: len(hb[1]))
     result = []
     for header, body in ordered:
         parents = [h for h, b in ordered if h != header and body < b]
-        trips = _trip_count(code.isa, body, latches[header], by_start, graph, idom, header)
-        result.append(LoopInfo(header, frozenset(body), trips, parents[0] if parents else None))
+        ind = flow.induction(header)
+        result.append(LoopInfo(header, frozenset(body), ind.trips if ind else None, parents[0] if parents else None))
     return result
 
 
@@ -316,9 +325,16 @@ def _ops(ins: Instruction) -> list[str]:
     return _split(ins.operands)
 
 
+_SHIFT = re.compile(r"^lsl #(\d+)$")
+
+
 @cache
 def _split(operands: str) -> list[str]:
-    return [o.strip() for o in operands.split(",")] if operands else []
+    """Operands, with an AArch64 shifted immediate (``#0x10, lsl #12``) folded into one value."""
+    ops = [o.strip() for o in operands.split(",")] if operands else []
+    if len(ops) >= 2 and (m := _SHIFT.match(ops[-1])) and (k := _imm(ops[-2])) is not None:
+        ops[-2:] = [hex(k << int(m.group(1)))]
+    return ops
 
 
 def _step(isa: str, ins: Instruction) -> tuple[str, int] | None:
@@ -347,31 +363,72 @@ def _constant(isa: str, ins: Instruction) -> int | None:
     return None
 
 
-def _last_on_chain(block: int, by_start, idom, found) -> Instruction | None:
-    """The last instruction for which ``found`` holds on the dominator chain ending at ``block``."""
+def _last_on_chain(block: int, by_start, idom, found) -> tuple[int, Instruction] | None:
+    """The last instruction for which ``found`` holds on the dominator chain ending at ``block``, with its block."""
     seen = set()
     while block not in seen:
         seen.add(block)
         for ins in reversed(by_start[block].instructions):
             if found(ins):
-                return ins
+                return block, ins
         if idom.get(block, block) == block:
             return None
         block = idom[block]
     return None
 
 
-def _value_before(reg: str, block: int, by_start, idom, isa: str, alias=_reg64) -> int | None:
-    """Constant value of ``reg`` at the end of ``block``, from the last write on its dominator chain.
+@dataclass(frozen=True)
+class _Induction:
+    """How a counted loop runs: ``trips`` iterations; ``reg`` goes from ``init`` by ``step``."""
 
-    ``alias`` maps a written register to the one it belongs to (:func:`_full` also counts
-    8- and 16-bit writes).
+    trips: int
+    reg: str | None = None
+    init: int = 0
+    step: int = 0
+
+
+class _Flow:
+    """One function's control flow and loops, for the constant values registers hold.
+
+    A loop's induction is worked out on demand and kept, because the start of one loop's
+    counter can be the exit value of the loop before it (LLVM reuses the register of
+    consecutive unrolled copies: ``[0x8000, 0x10000)`` then ``[0x10000, 0x18000)``).
     """
-    ins = _last_on_chain(block, by_start, idom, lambda i: reg in (alias(w) for w in i.writes))
-    return None if ins is None else _constant(isa, ins)
+
+    def __init__(self, isa, by_start, graph, idom, bodies, latches):
+        self.isa, self.by_start, self.graph, self.idom = isa, by_start, graph, idom
+        self.bodies, self.latches = bodies, latches
+        self._inductions: dict[int, _Induction | None] = {}
+
+    def induction(self, header: int) -> _Induction | None:
+        if header not in self._inductions:
+            self._inductions[header] = None  # a loop whose start depends on itself has none
+            self._inductions[header] = _induction(self, header)
+        return self._inductions[header]
+
+    def value_before(self, reg: str, block: int, alias=_reg64) -> int | None:
+        """Constant value of ``reg`` at the end of ``block``, from the last write on its dominator chain.
+
+        ``alias`` maps a written register to the one it belongs to (:func:`_full` also
+        counts 8- and 16-bit writes). A write that is a counted loop's step, in a loop
+        ``block`` lies after, leaves the counter's exit value.
+        """
+        hit = _last_on_chain(block, self.by_start, self.idom, lambda i: reg in (alias(w) for w in i.writes))
+        if hit is None:
+            return None
+        at, ins = hit
+        if (value := _constant(self.isa, ins)) is not None:
+            return value
+        if (st := _step(self.isa, ins)) is None or st[0] != reg:
+            return None
+        left = [h for h, body in self.bodies.items() if at in body and block not in body]
+        if not left:
+            return None
+        ind = self.induction(min(left, key=lambda h: len(self.bodies[h])))
+        return ind.init + ind.trips * ind.step if ind and ind.reg == reg else None
 
 
-def _trip_count(isa, body, latches, by_start, graph, idom, header) -> int | None:
+def _induction(flow: _Flow, header: int) -> _Induction | None:
     """Iterations from the latch's compare-and-branch and the induction register's step.
 
     Handles the forms LLVM emits for counted loops: ``add r, k; cmp r, B; jne`` (bound
@@ -379,10 +436,30 @@ def _trip_count(isa, body, latches, by_start, graph, idom, header) -> int | None
     from a negative start, ``subs x, x, #k; b.ne`` and ``sub; cbnz``. The start value is
     the last constant written to the register on the dominator chain of the preheader.
     """
+    isa, by_start, body, latches = flow.isa, flow.by_start, flow.bodies[header], flow.latches[header]
+    outside = [p for p in flow.graph.predecessors(header) if p not in body]
+    if len(outside) != 1:
+        return None
+    written = {_reg64(w) for b in body for ins in by_start[b].instructions for w in ins.writes}
+
+    def step_of(ins: Instruction) -> tuple[str, int] | None:
+        """A constant step, also by a register the loop does not write (``adds x2, x2, x26``)."""
+        if (st := _step(isa, ins)) is not None:
+            return st
+        ops, mnem = _ops(ins), ins.mnemonic
+        if isa == "x86-64":
+            src = ops[1] if mnem in ("add", "sub") and len(ops) == 2 else None
+        else:
+            src = ops[2] if mnem in ("add", "sub", "adds", "subs") and len(ops) == 3 and ops[0] == ops[1] else None
+        if src is None or "[" in src or _reg64(src) in written:
+            return None
+        k = flow.value_before(_reg64(src), outside[0])
+        return None if k is None else (_reg64(ops[0]), k if mnem.startswith("add") else -k)
+
     steps: dict[str, int] = {}
     for start in body:
         for ins in by_start[start].instructions:
-            st = _step(isa, ins)
+            st = step_of(ins)
             if st is not None:
                 reg, k = st
                 steps[reg] = steps.get(reg, 0) + k if reg in steps else k
@@ -390,27 +467,24 @@ def _trip_count(isa, body, latches, by_start, graph, idom, header) -> int | None
                 for w in ins.writes:
                     if _reg64(w) in steps and _reg64(w) not in ("rflags", "nzcv"):
                         steps[_reg64(w)] = 0  # also written some other way: not an induction
-    outside = [p for p in graph.predecessors(header) if p not in body]
-    if len(outside) != 1:
-        return None
 
     def start_of(reg: str) -> int | None:
-        return _value_before(reg, outside[0], by_start, idom, isa)
+        return flow.value_before(reg, outside[0])
 
-    def trips(reg: str, bound: int, latch_instrs=(), pos: int = 0) -> int | None:
+    def trips(reg: str, bound: int, latch_instrs=(), pos: int = 0) -> _Induction | None:
         step, init = steps.get(reg, 0), start_of(reg)
         # A register reloaded in the latch (spilled induction variable) steps by what the
         # latch adds after the reload, whatever else reuses the register in the body.
         local = 0
         for ins in reversed(latch_instrs[:pos]):
-            if (st := _step(isa, ins)) is not None and st[0] == reg:
+            if (st := step_of(ins)) is not None and st[0] == reg:
                 local += st[1]
             elif reg in (_reg64(w) for w in ins.writes):
                 step = local
                 ops = _ops(ins)
                 if ins.mnemonic in ("mov", "ldr", "ldur") and len(ops) == 2 and "[" in ops[1]:
                     # The slot is set before the loop, or stored from the register at its top.
-                    slot = _slot_value(ops[1][ops[1].index("[") :], outside[0], by_start, idom)
+                    slot = _slot_value(ops[1][ops[1].index("[") :], outside[0], by_start, flow.idom)
                     init = init if slot is None else slot
                 break
         else:
@@ -420,7 +494,7 @@ def _trip_count(isa, body, latches, by_start, graph, idom, header) -> int | None
         if not step or init is None:
             return None
         n = -(-(bound - init) // step)
-        return n if n > 0 else None
+        return _Induction(n, reg, init, step) if n > 0 else None
 
     for latch in latches:
         instrs = by_start[latch].instructions
@@ -436,12 +510,13 @@ def _trip_count(isa, body, latches, by_start, graph, idom, header) -> int | None
                 break
             if ins.mnemonic in ("cbnz", "cbz") and ops:
                 return trips(_reg64(ops[0]), 0)
-            st = _step(isa, ins)
+            st = step_of(ins)
             if st is not None and (isa == "x86-64" or ins.mnemonic in ("adds", "subs")):
                 return trips(st[0], 0)  # the increment sets the flags: runs until zero
             if "rflags" in ins.writes or "nzcv" in ins.writes:
                 break
-    return _flag_trips(isa, header, body, latches, by_start, outside[0], idom)
+    n = _flag_trips(flow, header, outside[0])
+    return None if n is None else _Induction(n)
 
 
 _X86_LOW = {
@@ -476,16 +551,16 @@ def _slot_value(slot: str, block: int, by_start, idom) -> int | None:
             return ops[-1] == slot
         return len(ops) == 2 and ops[0].endswith(slot)
 
-    ins = _last_on_chain(block, by_start, idom, stores_slot)
-    if ins is None:
+    hit = _last_on_chain(block, by_start, idom, stores_slot)
+    if hit is None:
         return None
-    ops = _ops(ins)
+    ops = _ops(ins := hit[1])
     if ins.mnemonic in ("str", "stur"):
         return 0 if ops[0] in ("wzr", "xzr") else None
     return _imm(ops[1])
 
 
-def _flag_trips(isa, header, body, latches, by_start, preheader, idom) -> int | None:
+def _flag_trips(flow: _Flow, header: int, preheader: int) -> int | None:
     """Iterations of a loop whose latch tests a flag register rather than a counter.
 
     LLVM turns a 2-iteration TIR loop into ``mov f, 1`` before the loop and ``test f, 1;
@@ -493,6 +568,7 @@ def _flag_trips(isa, header, body, latches, by_start, preheader, idom) -> int | 
     loop's constant registers iteration by iteration (the paper's register value map)
     until the latch's condition ends it.
     """
+    isa, by_start, body, latches = flow.isa, flow.by_start, flow.bodies[header], flow.latches[header]
     if len(latches) != 1:
         return None
     latch = by_start[latches[0]]
@@ -516,7 +592,7 @@ def _flag_trips(isa, header, body, latches, by_start, preheader, idom) -> int | 
         if reg in ("xzr", "wzr"):
             return 0
         if reg not in state:
-            state[reg] = _value_before(reg, preheader, by_start, idom, isa, alias=_full)
+            state[reg] = flow.value_before(reg, preheader, alias=_full)
         return state[reg]
 
     def execute(ins) -> bool | None:

@@ -172,15 +172,15 @@ def _compatible(trips: int | None, extent: int) -> int:
 ARITHMETIC = ("fma", "add", "mul", "div")
 
 
-def _tir_signature(loop: Loop, rolled: set[str], lanes: Callable[[int], int]) -> tuple[int, int, int]:
-    """Stores, arithmetic instructions and library calls of one iteration of ``loop``.
+def _tir_signature(loop: Loop, rolled: set[str], lanes: Callable[[int], int]) -> tuple[int, int, int, int, int]:
+    """Stores, arithmetic instructions, library calls, store lanes and arithmetic lanes of one iteration of ``loop``.
 
     Work inside the loop's rolled inner loops is left out (those are machine loops of their own).
     """
-    stores = arith = calls = 0
+    stores = arith = calls = store_lanes = arith_lanes = 0
 
     def visit(nodes: tuple[Node, ...], copies: int, vector: int) -> None:
-        nonlocal stores, arith, calls
+        nonlocal stores, arith, calls, store_lanes, arith_lanes
         for node in nodes:
             if isinstance(node, Loop):
                 if node.var in rolled:
@@ -191,24 +191,55 @@ def _tir_signature(loop: Loop, rolled: set[str], lanes: Callable[[int], int]) ->
                     visit(node.body, copies * node.extent, vector)
             else:
                 instructions = copies * math.ceil(vector / lanes(node.dtype_bytes))
-                stores += sum(acc.write for acc in node.accesses) * instructions
-                arith += sum(node.op_count(k) for k in ARITHMETIC) * instructions
+                writes, ops = sum(acc.write for acc in node.accesses), sum(node.op_count(k) for k in ARITHMETIC)
+                stores += writes * instructions
+                arith += ops * instructions
                 calls += node.op_count("math") * copies * vector  # one call per lane
+                store_lanes += writes * copies * vector
+                arith_lanes += ops * copies * vector
 
     visit(loop.body, 1, 1)
-    return stores, arith, calls
+    return stores, arith, calls, store_lanes, arith_lanes
 
 
-def _code_signature(code: MachineCode, blocks: frozenset[int]) -> tuple[int, int, int]:
-    """Stores (an AArch64 pair store counts as two), arithmetic instructions and calls in ``blocks``."""
-    stores = arith = calls = 0
+def _code_signature(code: MachineCode, blocks: frozenset[int]) -> tuple[int, int, int, int, int]:
+    """Stores (an AArch64 pair store counts as two), arithmetic instructions, calls, store lanes
+    and arithmetic lanes in ``blocks``."""
+    stores = arith = calls = store_lanes = arith_lanes = 0
     for blk in code.blocks:
         if blk.start in blocks:
             for ins in blk.instructions:
-                stores += (ins.klass == "store") * (1 + ins.mnemonic.startswith("stp"))
-                arith += ins.klass in ARITHMETIC
+                if ins.klass == "store":
+                    pair = 1 + ins.mnemonic.startswith("stp")
+                    stores += pair
+                    store_lanes += pair * disasm.lanes(code.isa, ins)
+                elif ins.klass in ARITHMETIC:
+                    arith += 1
+                    arith_lanes += disasm.lanes(code.isa, ins)
                 calls += ins.klass == "call"
-    return stores, arith, calls
+    return stores, arith, calls, store_lanes, arith_lanes
+
+
+def _unroll_factor(expected: tuple[int, ...], found: tuple[int, ...]) -> int:
+    """How many TIR iterations one iteration of a machine loop does (1 when nothing shows it).
+
+    Either the stores, arithmetic instructions and calls are all that many copies of one
+    TIR iteration (LLVM's unroller), or the arithmetic lanes and calls are while the stores
+    are no more than that many (LLVM's vectorizer run across iterations, which keeps a
+    reduction in a register and stores it once).
+    """
+    stores, arith, calls, store_lanes, arith_lanes = expected
+    f_stores, f_arith, f_calls, f_store_lanes, f_arith_lanes = found
+    if not stores or not (arith or calls):  # nothing but stores: too little to tell copies by
+        return 1
+    for u in _UNROLL_FACTORS:
+        if (f_stores, f_arith, f_calls) == (u * stores, u * arith, u * calls):
+            return u
+    for u in _UNROLL_FACTORS:
+        vectorized = f_arith_lanes == u * arith_lanes and f_calls == u * calls
+        if arith_lanes and vectorized and f_store_lanes <= u * store_lanes:
+            return u
+    return 1
 
 
 def _map_function(
@@ -219,9 +250,9 @@ def _map_function(
     A machine loop whose trip count depends on run-time values (a parallel chunk) takes the
     TIR loop's count. When LLVM unrolled it, the count is divided by the unroll factor and a
     second machine loop on the same TIR loop is the remainder. The factor is the multiple of
-    one TIR iteration's stores, arithmetic and library calls found in the loop's own blocks,
-    all three agreeing (spill stores around calls, or a reduction's store sunk out of an
-    inner loop, alone do not make a loop unrolled).
+    one TIR iteration's work found in the loop's own blocks (:func:`_unroll_factor`; spill
+    stores around calls, or a reduction's store sunk out of an inner loop, alone do not make
+    a loop unrolled).
     """
     infos = disasm.loops(code)
     by_header = {lp.header: lp for lp in infos}
@@ -244,18 +275,20 @@ def _map_function(
     unrolled_by: dict[str, int] = {}  # TIR loop -> LLVM's unroll factor of the machine loop on it
 
     def copies(lp: disasm.LoopInfo, tir: Loop) -> int:
-        own = lp.blocks - frozenset().union(*(c.blocks for c in children.get(lp.header, ())))
-        expected, found = _tir_signature(tir, rolled_vars, lanes), _code_signature(code, own)
-        if not expected[0] or not any(expected[1:]):  # nothing but stores: too little to tell copies by
-            return 1
-        return next((u for u in _UNROLL_FACTORS if all(f == u * e for f, e in zip(found, expected))), 1)
+        kids = children.get(lp.header, ())
+        own = lp.blocks - frozenset().union(*(c.blocks for c in kids))
+        # With no machine loop inside, LLVM unrolled the TIR loop's rolled inner loops fully.
+        rolled = rolled_vars if kids else rolled_vars - _subtree_vars(tir)
+        return _unroll_factor(_tir_signature(tir, rolled, lanes), _code_signature(code, own))
 
     def assign(kids: list[disasm.LoopInfo], candidates: list[Loop]) -> None:
-        cursor = 0
+        cursor, unrolled = 0, None
         for lp in kids:
             known = lp.trip_count
             best = None
-            for order in (range(cursor, len(candidates)), range(0, cursor)):
+            if known is None and unrolled is not None:  # the remainder of the loop before it
+                best, unrolled = unrolled, None
+            for order in () if best is not None else (range(cursor, len(candidates)), range(0, cursor)):
                 ranked = [
                     (q, i)
                     for i in order
@@ -280,6 +313,7 @@ def _map_function(
                 elif (factor := copies(lp, tir)) > 1:
                     trips, source = extent // factor, "unrolled"
                     unrolled_by[tir.var] = factor
+                    unrolled = best
                 else:
                     trips, source = extent, "tir"
                 inside = _subtree_vars(tir) - {tir.var}
@@ -289,7 +323,8 @@ def _map_function(
             assign(children.get(lp.header, []), inner)
 
     assign(children.get(None, []), scope)
-    weights = _branch_shares(code, infos)
+    split = frozenset(m.header for m in matches if m.source in ("unrolled", "remainder"))
+    weights = _branch_shares(code, infos, split)
     for header, trips in trips_of.items():
         for start in by_header[header].blocks:
             weights[start] *= trips
@@ -298,7 +333,9 @@ def _map_function(
     return FunctionMap(code, threads, weights, tuple(matches), innermost, instances)
 
 
-def _branch_shares(code: MachineCode, infos: list[disasm.LoopInfo]) -> dict[int, float]:
+def _branch_shares(
+    code: MachineCode, infos: list[disasm.LoopInfo], split: frozenset[int] = frozenset()
+) -> dict[int, float]:
     """Share of the iterations of its enclosing loops (or of the call) in which each block runs.
 
     Within one iteration of a loop, with its inner loops collapsed to single nodes and
@@ -307,6 +344,9 @@ def _branch_shares(code: MachineCode, infos: list[disasm.LoopInfo]) -> dict[int,
     that a target from which only the function's return is reachable takes nothing while
     another target does work (the guard of an empty share of a parallel loop). Exits of a
     loop are accounted for by its trip count, so they take nothing from its iterations.
+    The loops in ``split`` (an unrolled or vectorized loop with run-time trips and its
+    remainder) run on every entry: their trip counts already share the TIR loop's
+    iterations, and the branches around them only test for counts too short for them.
     Shares of nested regions multiply.
     """
     succ = {b.start: b.successors for b in code.blocks}
@@ -358,7 +398,7 @@ def _branch_shares(code: MachineCode, infos: list[disasm.LoopInfo]) -> dict[int,
         for n, f in flow.items():
             innermost = innermost_of[n]
             if n != entry and innermost is not None and innermost.header == n:
-                loop_share[n] = f  # a child loop, collapsed
+                loop_share[n] = 1.0 if n in split else f  # a child loop, collapsed
             else:
                 block_share[n] = f
     weights = {}
