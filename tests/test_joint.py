@@ -62,6 +62,15 @@ def test_unrolled_copies_that_share_a_counter_start_where_the_previous_copy_ende
     assert _outlined_loops("c1d-0-c2-graviton2") == [[64] * 6 + [17, 8, None]]
 
 
+def test_bounds_built_by_movk_and_counters_in_registers_capstone_names_by_role():
+    # c26: the last copy of each rc_1 group compares with x27, set before all loops by
+    # `mov w27, #0x4000; movk w27, #1, lsl #16` (0x14000), and starts where the copy before
+    # it ended, with no block between the two loops.
+    assert _outlined_loops("c1d-0-c26-graviton2") == [[32] * 12 + [17, 8, None]]
+    # c24: rc_1 (16) counts in x29, which Capstone's access lists call fp.
+    assert _outlined_loops("c2d-1-c24-graviton2") == [[16, 16, 4, 2, 4, None]]
+
+
 def test_a_counter_stepped_by_a_register_holding_a_constant():
     # c20 on AArch64: rh_0 (3) counts `adds x2, x2, x26; b.ne` up to zero from -0xab00,
     # with x26 set to the step before the loop.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import itertools
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 
@@ -191,6 +192,8 @@ def _decoders(isa: str) -> tuple[capstone.Cs, capstone.Cs]:
 
 
 _A64_COMPARES = frozenset({"cmp", "cmn", "tst"})
+#: Capstone's access lists name x16, x17, x29 and x30 by role; operand text uses the numbers.
+_A64_NAMES = {"fp": "x29", "lr": "x30", "ip0": "x16", "ip1": "x17"}
 
 
 def _info(isa: str, md: capstone.Cs, code: bytes, base: int, at: int, size: int, mnemonic: str, operands: str):
@@ -198,7 +201,8 @@ def _info(isa: str, md: capstone.Cs, code: bytes, base: int, at: int, size: int,
     found = _INFO.get(key)
     if found is None:
         ins = next(md.disasm(code[at - base : at - base + size], at))
-        reads, writes = (tuple(ins.reg_name(r) for r in regs) for regs in ins.regs_access())
+        names = _A64_NAMES if isa == "aarch64" else {}
+        reads, writes = (tuple(names.get(n, n) for n in map(ins.reg_name, regs)) for regs in ins.regs_access())
         if isa == "aarch64" and mnemonic in _A64_COMPARES:
             # Capstone 5 reports the compared register of these aliases (subs/adds/ands with
             # a zero destination) as written and not read, which would cut the dependency on
@@ -363,18 +367,32 @@ def _constant(isa: str, ins: Instruction) -> int | None:
     return None
 
 
-def _last_on_chain(block: int, by_start, idom, found) -> tuple[int, Instruction] | None:
-    """The last instruction for which ``found`` holds on the dominator chain ending at ``block``, with its block."""
+def _on_chain(block: int, by_start, idom, found) -> Iterator[tuple[int, Instruction]]:
+    """The instructions for which ``found`` holds on the dominator chain ending at ``block``, last first."""
     seen = set()
     while block not in seen:
         seen.add(block)
         for ins in reversed(by_start[block].instructions):
             if found(ins):
-                return block, ins
+                yield block, ins
         if idom.get(block, block) == block:
-            return None
+            return
         block = idom[block]
-    return None
+
+
+def _last_on_chain(block: int, by_start, idom, found) -> tuple[int, Instruction] | None:
+    """The last instruction for which ``found`` holds on the dominator chain ending at ``block``, with its block."""
+    return next(_on_chain(block, by_start, idom, found), None)
+
+
+def _movk(ins: Instruction) -> tuple[int, int] | None:
+    """``(imm, shift)`` of an AArch64 ``movk`` (it replaces 16 bits of its register)."""
+    ops = [o.strip() for o in ins.operands.split(",")]
+    shift = _SHIFT.match(ops[2]) if len(ops) == 3 else None
+    imm = _imm(ops[1]) if len(ops) >= 2 else None
+    if imm is None or (len(ops) == 3 and shift is None):
+        return None
+    return imm, int(shift.group(1)) if shift else 0
 
 
 @dataclass(frozen=True)
@@ -406,22 +424,36 @@ class _Flow:
             self._inductions[header] = _induction(self, header)
         return self._inductions[header]
 
-    def value_before(self, reg: str, block: int, alias=_reg64) -> int | None:
+    def value_before(self, reg: str, block: int, alias=_reg64, into: int | None = None) -> int | None:
         """Constant value of ``reg`` at the end of ``block``, from the last write on its dominator chain.
 
         ``alias`` maps a written register to the one it belongs to (:func:`_full` also
-        counts 8- and 16-bit writes). A write that is a counted loop's step, in a loop
-        ``block`` lies after, leaves the counter's exit value.
+        counts 8- and 16-bit writes). A write that is a counted loop's step, in a loop that
+        ``into`` (the block entered from ``block``; ``block`` itself by default) lies
+        outside, leaves the counter's exit value.
         """
-        hit = _last_on_chain(block, self.by_start, self.idom, lambda i: reg in (alias(w) for w in i.writes))
-        if hit is None:
+        pieces = []  # movk halfwords, last first, over the value written before them
+        for at, ins in _on_chain(block, self.by_start, self.idom, lambda i: reg in (alias(w) for w in i.writes)):
+            if ins.mnemonic == "movk":
+                if (piece := _movk(ins)) is None:
+                    return None
+                pieces.append(piece)
+                continue
+            value = _constant(self.isa, ins)
+            if value is None:
+                value = self._exit_value(reg, at, ins, block if into is None else into)
+            break
+        else:
             return None
-        at, ins = hit
-        if (value := _constant(self.isa, ins)) is not None:
-            return value
+        for imm, shift in reversed(pieces):
+            value = None if value is None else value & ~(0xFFFF << shift) | imm << shift
+        return value
+
+    def _exit_value(self, reg: str, at: int, ins: Instruction, into: int) -> int | None:
+        """The value a counted loop's step ``ins`` in block ``at`` leaves in ``reg`` on the way to ``into``."""
         if (st := _step(self.isa, ins)) is None or st[0] != reg:
             return None
-        left = [h for h, body in self.bodies.items() if at in body and block not in body]
+        left = [h for h, body in self.bodies.items() if at in body and into not in body]
         if not left:
             return None
         ind = self.induction(min(left, key=lambda h: len(self.bodies[h])))
@@ -453,7 +485,7 @@ def _induction(flow: _Flow, header: int) -> _Induction | None:
             src = ops[2] if mnem in ("add", "sub", "adds", "subs") and len(ops) == 3 and ops[0] == ops[1] else None
         if src is None or "[" in src or _reg64(src) in written:
             return None
-        k = flow.value_before(_reg64(src), outside[0])
+        k = flow.value_before(_reg64(src), outside[0], into=header)
         return None if k is None else (_reg64(ops[0]), k if mnem.startswith("add") else -k)
 
     steps: dict[str, int] = {}
@@ -469,7 +501,7 @@ def _induction(flow: _Flow, header: int) -> _Induction | None:
                         steps[_reg64(w)] = 0  # also written some other way: not an induction
 
     def start_of(reg: str) -> int | None:
-        return flow.value_before(reg, outside[0])
+        return flow.value_before(reg, outside[0], into=header)
 
     def trips(reg: str, bound: int, latch_instrs=(), pos: int = 0) -> _Induction | None:
         step, init = steps.get(reg, 0), start_of(reg)
@@ -592,7 +624,7 @@ def _flag_trips(flow: _Flow, header: int, preheader: int) -> int | None:
         if reg in ("xzr", "wzr"):
             return 0
         if reg not in state:
-            state[reg] = flow.value_before(reg, preheader, alias=_full)
+            state[reg] = flow.value_before(reg, preheader, alias=_full, into=header)
         return state[reg]
 
     def execute(ins) -> bool | None:

@@ -32,6 +32,8 @@ from . import disasm
 UNKNOWN_TRIPS = 4
 #: Factors by which LLVM partially unrolls counted loops.
 _UNROLL_FACTORS = (2, 4, 8, 16)
+#: Iterations one vector iteration of a loop LLVM vectorized may do (interleaved vectors).
+_VECTOR_FACTORS = tuple(2**k for k in range(1, 9))
 
 
 @dataclass(frozen=True)
@@ -235,7 +237,7 @@ def _unroll_factor(expected: tuple[int, ...], found: tuple[int, ...]) -> int:
     for u in _UNROLL_FACTORS:
         if (f_stores, f_arith, f_calls) == (u * stores, u * arith, u * calls):
             return u
-    for u in _UNROLL_FACTORS:
+    for u in _VECTOR_FACTORS:
         vectorized = f_arith_lanes == u * arith_lanes and f_calls == u * calls
         if arith_lanes and vectorized and f_store_lanes <= u * store_lanes:
             return u
@@ -272,7 +274,7 @@ def _map_function(
     matches: list[LoopMatch] = []
     trips_of: dict[int, float] = {}
     rolled_vars = {x.var for x in scope}
-    unrolled_by: dict[str, int] = {}  # TIR loop -> LLVM's unroll factor of the machine loop on it
+    left: dict[str, int] = {}  # TIR loop -> iterations the machine loops on it so far leave
 
     def copies(lp: disasm.LoopInfo, tir: Loop) -> int:
         kids = children.get(lp.header, ())
@@ -308,12 +310,13 @@ def _map_function(
                 extent = math.ceil(tir.extent / threads) if tir is parallel else tir.extent
                 if known is not None and tir is not parallel:
                     trips, source = known, "code"
-                elif tir.var in unrolled_by:
-                    trips, source = extent % unrolled_by[tir.var], "remainder"
-                elif (factor := copies(lp, tir)) > 1:
-                    trips, source = extent // factor, "unrolled"
-                    unrolled_by[tir.var] = factor
-                    unrolled = best
+                elif (factor := copies(lp, tir)) > 1 or tir.var in left:
+                    # LLVM's unrolled or vectorized loop, then vector epilogues and a
+                    # remainder, each doing what the ones before it left.
+                    rest = left.get(tir.var, extent)
+                    trips, source = rest // factor, "unrolled" if factor > 1 else "remainder"
+                    left[tir.var] = rest - trips * factor
+                    unrolled = best if factor > 1 else None
                 else:
                     trips, source = extent, "tir"
                 inside = _subtree_vars(tir) - {tir.var}
