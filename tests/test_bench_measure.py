@@ -30,6 +30,13 @@ def test_schedules_compared_are_timed_in_turn():
     assert secs[1] is None and all(math.isfinite(s) and 0 < s < 1.0 for s in (secs[0], secs[2]))
 
 
+def test_bench_launch_measures_a_parallel_region(capsys):
+    assert cli.main(["bench", "launch", "--rounds", "1"]) == 0
+    out = capsys.readouterr().out
+    per_region = float(out.rsplit("parallel_region_us = ", 1)[1])
+    assert 0 < per_region < 1000  # microseconds: a fork and join, not a failed timing
+
+
 class NumpyOps:
     """A reference for the operations the BERT layer uses (float64 numpy)."""
 

@@ -20,6 +20,20 @@ def test_fit_recovers_known_non_negative_coefficients():
         assert fitted[term] == pytest.approx(truth.get(term, 0.0), rel=1e-3, abs=1e-6)
 
 
+def test_fit_holds_measured_coefficients_and_fits_the_rest():
+    rng = np.random.default_rng(1)
+    truth = {"compute_cycles": 1.5, "launches": 2e4}
+    rows = [{"compute_cycles": c, "launches": n} for c, n in zip(rng.uniform(1e4, 1e6, 30), rng.integers(0, 4, 30))]
+    lat = [sum(truth[t] * r[t] for t in truth) for r in rows]
+    fitted = linear.fit(rows, lat, fixed={"launches": 3e4})
+    assert fitted["launches"] == 3e4 and fitted["compute_cycles"] > 0
+    zen4 = machine.preset("zen4")
+    assert linear.held(zen4, "full") == {"launches": zen4.parallel_region_us * 1e-6 * zen4.frequency_ghz * 1e9}
+    assert linear.held(zen4, "ir") == {} and linear.held(machine.preset("graviton2"), "full") == {}
+    shipped = linear.coefficients(zen4, "full").values["launches"]
+    assert shipped == pytest.approx(linear.launch_cycles(zen4), rel=1e-5)
+
+
 def test_coefficient_files_round_trip_and_reject_unknown_terms():
     zen4 = machine.preset("zen4")
     text = linear.to_toml({"ir": {"compute_cycles": 2.0, "calls": 9.0}}, zen4, ["GMM-1"], "test.")

@@ -206,7 +206,11 @@ def _bench_rank(args: argparse.Namespace) -> int:
         if len(pools) > 1:
             held_out = {
                 pool.name: linear.Coefficients(
-                    mach.name, tier, MappingProxyType(linear.fit(*_fit_rows(feats[tier], pools, mach, pool.name)))
+                    mach.name,
+                    tier,
+                    MappingProxyType(
+                        linear.fit(*_fit_rows(feats[tier], pools, mach, pool.name), **linear.fit_options(mach, tier))
+                    ),
                 )
                 for pool in pools
             }
@@ -333,6 +337,21 @@ def _bench_collect(args: argparse.Namespace) -> int:
     best = float(loaded.secs_a.min()) if len(loaded) else float("nan")
     print(f"wrote {out}: {len(pool['candidates'])} candidates ({loaded.failed} failed), best {best * 1e6:,.1f} us, "
           f"tuned in {pool['tune_seconds']:.0f} s")
+    return 0
+
+
+def _bench_launch(args: argparse.Namespace) -> int:
+    from .integration import measure
+
+    _quiet_tvm()
+    mach = measure.check_runnable(args.target, args.machine)
+    _stderr(f"== tuna bench launch: kernels with 1, 2, 4, 8 parallel loops on {mach.cores} threads, "
+            f"timed in turn, {args.rounds} rounds")
+    per_region, times = measure.parallel_region_seconds(args.target, machine=args.machine, rounds=args.rounds)
+    print("  parallel loops  " + "  ".join(f"{n:>8}" for n in (1, 2, 4, 8)))
+    print("  us per run      " + "  ".join(f"{t * 1e6:8.2f}" for t in times))
+    print(f"one parallel region costs {per_region * 1e6:.2f} us here (the slope); a target file records it as")
+    print(f"parallel_region_us = {per_region * 1e6:.1f}")
     return 0
 
 
@@ -481,10 +500,15 @@ def _calibrate(args: argparse.Namespace) -> int:
     tables = {}
     for tier in tiers:
         rows, lat, groups = _fit_rows(feats[tier], pools, mach)
-        tables[tier] = linear.fit(rows, lat, groups)
+        tables[tier] = linear.fit(rows, lat, groups, **linear.fit_options(mach, tier))
         print(f"[{tier}] " + ", ".join(f"{k} {v:.4g}" for k, v in tables[tier].items()))
     names = [f"{p.name} ({Path(p.source).name})" for p in pools]
-    text = linear.to_toml(tables, mach, [p.name for p in pools], f"pools: {', '.join(names)}.")
+    note = f"pools: {', '.join(names)}."
+    kept = {t: ", ".join(linear.held(mach, t)) for t in tables if linear.held(mach, t)}
+    if kept:
+        note += "\n# Held at measured values, not fitted: " + "; ".join(f"{t}: {k}" for t, k in kept.items())
+        note += f" (parallel_region_us = {mach.parallel_region_us} in the target file)."
+    text = linear.to_toml(tables, mach, [p.name for p in pools], note)
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
@@ -548,6 +572,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--work-dir", help="MetaSchedule's work directory (default: beside the output)")
     p.add_argument("--output", "-o", required=True, help="pool JSON file to write")
     p.set_defaults(func=_bench_collect)
+
+    p = bench_sub.add_parser("launch", help="measure the cost of one TVM parallel region on this machine")
+    p.add_argument("--target", "-t", default="zen4", help="preset or TVM target JSON; must run here (default zen4)")
+    p.add_argument("--machine", help="preset to model when the target has no data file")
+    p.add_argument("--rounds", type=int, default=5, help="timing rounds, each kernel once a round (default 5)")
+    p.set_defaults(func=_bench_launch)
 
     p = bench_sub.add_parser("tune", help="offline tuning with tuna vs MetaSchedule with measurement, timed here")
     p.add_argument("workloads", nargs="+", help="built-in workloads NAME:INDEX or TVMScript files")

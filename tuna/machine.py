@@ -78,6 +78,9 @@ class Machine:
         Full-width instructions per cycle per core, by class (CPU).
     latency : Mapping
         Cycles by instruction class.
+    parallel_region_us : float or None
+        Measured cost of one parallel region in TVM's thread pool (CPU), microseconds;
+        ``tuna bench launch`` measures it. None where nobody measured it.
     """
 
     name: str
@@ -95,6 +98,7 @@ class Machine:
     latency: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     caches: tuple[CacheLevel, ...] = ()
     memory_gbps: float = 1.0
+    parallel_region_us: float | None = None
     gpu: GPUSpec | None = None
     aliases: tuple[str, ...] = ()
     source: str = ""
@@ -163,6 +167,7 @@ def _parse(name: str, data: dict[str, Any]) -> Machine:
             latency=MappingProxyType(dict(data.get("latency", {}))),
             caches=caches,
             memory_gbps=float(data["memory"]["bandwidth_gbps"]),
+            parallel_region_us=float(data["parallel_region_us"]) if "parallel_region_us" in data else None,
             gpu=gpu,
             aliases=tuple(data.get("aliases", ())),
             source=name,

@@ -34,7 +34,7 @@ from tvm.target import codegen
 
 from ..errors import TunaError, WorkloadError
 from ..machine import Machine
-from . import _machine, _plain, apply_trace, load_workload, tvm_target
+from . import _machine, _plain, apply_trace, load_workload, parse_tvmscript, tvm_target
 
 logger = logging.getLogger("tuna")
 
@@ -244,6 +244,43 @@ def time_interleaved(
             except Exception as err:
                 raise MeasureError(f"the schedule failed to run: {type(err).__name__}: {err}") from err
     return [float(statistics.median(t)) if t else None for t in times]
+
+
+def _regions_module(regions: int, threads: int) -> tvm.IRModule:
+    """A kernel of ``regions`` parallel loops over ``threads`` one-element iterations each."""
+    loop = f"""
+        for i{{k}} in T.parallel({threads}):
+            with T.sblock("b{{k}}"):
+                vi = T.axis.spatial({threads}, i{{k}})
+                B[vi] = B[vi] + A[vi]"""
+    text = f"""
+@I.ir_module
+class Module:
+    @T.prim_func(s_tir=True)
+    def main(A: T.Buffer(({threads},), "float32"), B: T.Buffer(({threads},), "float32")):
+        T.func_attr({{"tirx.noalias": True}}){"".join(loop.format(k=k) for k in range(regions))}
+"""
+    return parse_tvmscript(text, f"{regions} parallel regions")
+
+
+def parallel_region_seconds(target: Any, *, machine: str | None = None, rounds: int = 5) -> tuple[float, list[float]]:
+    """Measured cost of one parallel region in TVM's thread pool on this machine.
+
+    Times kernels with 1, 2, 4 and 8 parallel loops of one trivial iteration per thread,
+    in turn (:func:`time_interleaved`), and fits the time per extra loop; the work in them
+    is negligible, so what is left is TVM's fork and join. This is the machine fact the
+    linear model's ``launches`` term stands for (``parallel_region_us`` of a target file).
+
+    Returns
+    -------
+    tuple
+        Seconds per parallel region, and the seconds per run of the 1-, 2-, 4- and 8-loop kernels.
+    """
+    mach = _machine(target, machine)
+    counts = (1, 2, 4, 8)
+    times = time_interleaved([_regions_module(n, mach.cores) for n in counts], target, machine=machine, rounds=rounds)
+    slope = float(np.polyfit(counts, times, 1)[0])
+    return slope, [float(t) for t in times]
 
 
 # ---------------------------------------------------------------------------------------
