@@ -71,6 +71,21 @@ def test_bounds_built_by_movk_and_counters_in_registers_capstone_names_by_role()
     assert _outlined_loops("c2d-1-c24-graviton2") == [[16, 16, 4, 2, 4, None]]
 
 
+def test_a_loop_leaving_from_its_header_runs_its_header_once_more():
+    # c0 for the in-order Cortex-A53: rl_1 (3) is `header: body; cbz x17, exit` and
+    # `latch: sub x17, x17, #2; body; b header`, with x17 = 2 first: the header runs twice,
+    # the latch once. The padding loop before it is irreducible (LLVM jumps into its
+    # unrolled body), so its exit must not halve the flow into the convolution.
+    kernel, preset = _kernel("c1d-0-c0-cortex-a53")
+    fm = joint.map_kernel(kernel, preset)[-1]
+    rl_1 = next(lp for lp in disasm.loops(fm.code) if lp.exits_at_header)
+    assert rl_1.trip_count == 2
+    latch = next(b for b in rl_1.blocks if b != rl_1.header)
+    assert fm.weights[rl_1.header] == 2 * fm.weights[latch]
+    counts = joint.dynamic_counts((fm,), preset.isa)
+    assert counts["lanes_fma"] == joint.tir_multiply_adds(kernel)
+
+
 def test_a_counter_stepped_by_a_register_holding_a_constant():
     # c20 on AArch64: rh_0 (3) counts `adds x2, x2, x26; b.ne` up to zero from -0xab00,
     # with x26 set to the step before the loop.

@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import itertools
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cache
 
@@ -54,6 +54,13 @@ class LoopInfo:
     blocks: frozenset[int]
     trip_count: int | None
     parent: int | None = None
+    #: The loop leaves from its header: the header runs ``trip_count`` times, the other
+    #: blocks one time fewer (LLVM's unrotated loops, common for in-order cores).
+    exits_at_header: bool = False
+
+    def runs(self, block: int, trips: float) -> float:
+        """Runs of ``block`` of this loop when its header runs ``trips`` times."""
+        return trips - 1 if self.exits_at_header and block != self.header and trips >= 1 else trips
 
 
 #: Prefix of the names given to code that no symbol covers. LLVM emits TVM's outlined
@@ -289,7 +296,8 @@ def loops(code: MachineCode) -> list[LoopInfo]:
     for header, body in ordered:
         parents = [h for h, b in ordered if h != header and body < b]
         ind = flow.induction(header)
-        result.append(LoopInfo(header, frozenset(body), ind.trips if ind else None, parents[0] if parents else None))
+        trips, at_header = (ind.trips, ind.exits_at_header) if ind else (None, False)
+        result.append(LoopInfo(header, frozenset(body), trips, parents[0] if parents else None, at_header))
     return result
 
 
@@ -403,6 +411,7 @@ class _Induction:
     reg: str | None = None
     init: int = 0
     step: int = 0
+    exits_at_header: bool = False  # ``trips`` counts the header's runs; the step runs one time fewer
 
 
 class _Flow:
@@ -457,7 +466,7 @@ class _Flow:
         if not left:
             return None
         ind = self.induction(min(left, key=lambda h: len(self.bodies[h])))
-        return ind.init + ind.trips * ind.step if ind and ind.reg == reg else None
+        return ind.init + (ind.trips - ind.exits_at_header) * ind.step if ind and ind.reg == reg else None
 
 
 def _induction(flow: _Flow, header: int) -> _Induction | None:
@@ -547,8 +556,42 @@ def _induction(flow: _Flow, header: int) -> _Induction | None:
                 return trips(st[0], 0)  # the increment sets the flags: runs until zero
             if "rflags" in ins.writes or "nzcv" in ins.writes:
                 break
+    if (ind := _header_exit(flow, header, trips)) is not None:
+        return ind
     n = _flag_trips(flow, header, outside[0])
     return None if n is None else _Induction(n)
+
+
+def _header_exit(flow: _Flow, header: int, count: Callable[[str, int], _Induction | None]) -> _Induction | None:
+    """A loop that tests its counter in the header and leaves from there (``cbz x17, exit``).
+
+    The latch only steps the counter and jumps back, so the header runs once more than
+    the rest of the body: ``trips(reg, bound)`` steps, then the header's final test.
+    """
+    blk = flow.by_start[header]
+    latches, body = flow.latches[header], flow.bodies[header]
+    if len(latches) != 1 or latches[0] == header or not blk.instructions:
+        return None
+    last, ops = blk.instructions[-1], _ops(blk.instructions[-1])
+    target = _imm(ops[-1]) if ops else None
+    if target is None or target in body or not any(s in body for s in blk.successors):
+        return None  # the branch taken must leave the loop, the fall-through stay in it
+    if last.mnemonic == "cbz" and len(ops) == 2:
+        reg, bound = _reg64(ops[0]), 0
+    elif last.mnemonic in ("b.eq", "je", "jz"):
+        test = next((i for i in reversed(blk.instructions[:-1]) if {"nzcv", "rflags"} & set(i.writes)), None)
+        test_ops = _ops(test) if test is not None else []
+        if test is None or test.mnemonic != "cmp" or len(test_ops) != 2:
+            return None
+        reg, bound = _reg64(test_ops[0]), _imm(test_ops[1], _width(test_ops[0]))
+        if bound is None:
+            return None
+    else:
+        return None
+    if any(reg in (_reg64(w) for w in i.writes) for i in blk.instructions):
+        return None  # stepped before its test: the header runs as often as the rest
+    ind = count(reg, bound)
+    return None if ind is None else _Induction(ind.trips + 1, reg, ind.init, ind.step, exits_at_header=True)
 
 
 _X86_LOW = {

@@ -329,8 +329,9 @@ def _map_function(
     split = frozenset(m.header for m in matches if m.source in ("unrolled", "remainder"))
     weights = _branch_shares(code, infos, split)
     for header, trips in trips_of.items():
-        for start in by_header[header].blocks:
-            weights[start] *= trips
+        lp = by_header[header]
+        for start in lp.blocks:
+            weights[start] *= lp.runs(start, trips)
     innermost = frozenset(lp.header for lp in infos if not children.get(lp.header))
     instances = parallel.extent / math.ceil(parallel.extent / threads) if parallel is not None else float(threads)
     return FunctionMap(code, threads, weights, tuple(matches), innermost, instances)
@@ -391,13 +392,26 @@ def _branch_shares(
             for t in succ[blk]:
                 if t in inside and (dst := node(t, region)) not in (entry, src):
                     graph[src].add(dst)
-        flow = dict.fromkeys(graph, 0.0)
-        flow[entry] = 1.0
-        for n in _topological(graph):
-            targets = sorted(graph[n])
-            working = [t for t in targets if t not in returns] or targets
+        # A cycle left after collapsing the natural loops is an irreducible loop (LLVM
+        # jumping into an unrolled body for its remainder): it counts as one node, run once,
+        # so the branches leaving it do not split the flow that goes on after it.
+        dag = nx.condensation(nx.DiGraph([(a, b) for a, targets in graph.items() for b in targets]))
+        members = dict(dag.nodes(data="members"))
+        part = {n: c for c, ns in members.items() for n in ns}
+        for n in graph:
+            if n not in part:
+                part[n] = len(members)
+                members[part[n]] = {n}
+                dag.add_node(part[n])
+        done = {c for c, ns in members.items() if ns <= returns}
+        flow = dict.fromkeys(members, 0.0)
+        flow[part[entry]] = 1.0
+        for c in nx.lexicographical_topological_sort(dag, key=lambda c: min(members[c])):
+            targets = sorted(dag.successors(c), key=lambda t: min(members[t]))
+            working = [t for t in targets if t not in done] or targets
             for t in working:
-                flow[t] += flow[n] / len(working)
+                flow[t] += flow[c] / len(working)
+        flow = {n: flow[part[n]] for n in graph}
         for n, f in flow.items():
             innermost = innermost_of[n]
             if n != entry and innermost is not None and innermost.header == n:
@@ -412,16 +426,6 @@ def _branch_shares(
             lp = by_header[lp.parent] if lp.parent is not None else None
         weights[blk] = w
     return weights
-
-
-def _topological(graph: dict[int, set[int]]) -> list[int]:
-    """Nodes of ``graph`` with every edge going forward (by address where a cycle remains)."""
-    g = nx.DiGraph()
-    g.add_nodes_from(graph)
-    g.add_edges_from((a, b) for a, targets in graph.items() for b in targets if b in graph)
-    if nx.is_directed_acyclic_graph(g):
-        return list(nx.lexicographical_topological_sort(g))
-    return sorted(g)
 
 
 def map_kernel(kernel: KernelIR, machine: Machine) -> tuple[FunctionMap, ...]:

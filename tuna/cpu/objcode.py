@@ -33,7 +33,7 @@ def code_cycles(code: MachineCode, machine: Machine, feats: Counter) -> float:
             trips = UNKNOWN_TRIPS
         feats["loops"] += 1
         for start in lp.blocks:
-            weight[start] *= trips
+            weight[start] *= lp.runs(start, trips)
     tp = machine.throughput
     total = 0.0
     for blk in code.blocks:
