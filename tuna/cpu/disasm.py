@@ -474,8 +474,10 @@ def _induction(flow: _Flow, header: int) -> _Induction | None:
 
     Handles the forms LLVM emits for counted loops: ``add r, k; cmp r, B; jne`` (bound
     an immediate or a register holding a constant), ``add r, k; jne`` counting to zero
-    from a negative start, ``subs x, x, #k; b.ne`` and ``sub; cbnz``. The start value is
-    the last constant written to the register on the dominator chain of the preheader.
+    from a negative start, ``subs x, x, #k; b.ne`` and ``sub; cbnz``, the step also a
+    register holding a constant, and loops that test in their header (:func:`_header_exit`).
+    The start value is the last constant written to the register on the dominator chain of
+    the preheader (``mov``, ``mov``+``movk``), or what the counted loop before it left there.
     """
     isa, by_start, body, latches = flow.isa, flow.by_start, flow.bodies[header], flow.latches[header]
     outside = [p for p in flow.graph.predecessors(header) if p not in body]
