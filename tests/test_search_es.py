@@ -158,4 +158,4 @@ def test_cli_takes_search_workers_and_cluster():
 
     args = build_parser().parse_args(["tune", "GMM:0", "--search", "es", "--workers", "2", "--cluster", "local:2"])
     assert (args.search, args.workers, args.cluster) == ("es", 2, "local:2")
-    assert build_parser().parse_args(["tune", "GMM:0"]).search == "evolutionary"
+    assert build_parser().parse_args(["tune", "GMM:0"]).search == "es"

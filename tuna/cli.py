@@ -84,8 +84,12 @@ def _tune(args: argparse.Namespace) -> int:
         )
         cm = result.cost_model
         print(f"\n   chosen schedule: predicted {result.predicted_seconds * 1e6:,.1f} us per run")
-        print(f"   tuning time {result.tune_seconds:.1f} s; {result.trials} candidates built and predicted; "
-              f"cost model scored {cm.predicted} ({cm.failed} failed to analyse) in {cm.seconds:.2f} s")
+        scored = (
+            f"; cost model scored {cm.predicted} ({cm.failed} failed to analyse) in {cm.seconds:.2f} s"
+            if cm.predicted
+            else " (the search scored its candidates in its workers)"
+        )
+        print(f"   tuning time {result.tune_seconds:.1f} s; {result.trials} candidates built and predicted{scored}")
         print("   feature breakdown of the chosen schedule:")
         print(_feature_table(result.estimate.features, "     "))
         trace_file = work_dir / "best_trace.py"
@@ -529,12 +533,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--machine", help="preset to model when the target's mcpu/arch has no data file")
     p.add_argument("--trials", type=int, default=64, help="candidates to build and predict (default 64)")
     p.add_argument("--per-iter", type=int, default=32, help="candidates per search round (default 32)")
-    p.add_argument("--population", type=int, default=256, help="evolutionary search population (default 256)")
+    p.add_argument("--population", type=int, default=256,
+                   help="search budget: 5x this many candidates scored per round, as MetaSchedule's "
+                        "evolutionary search with this population (default 256)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--work-dir", default="tuna-runs", help="where databases, logs and the chosen schedules go")
-    p.add_argument("--search", choices=["evolutionary", "es"], default="evolutionary",
-                   help="MetaSchedule's evolutionary search driven by tuna's cost model (default), or tuna's "
-                        "evolution strategies (es), which score candidates in worker processes or on a cluster")
+    p.add_argument("--search", choices=["evolutionary", "es"], default="es",
+                   help="tuna's evolution strategies (es, the default), which score candidates in worker processes "
+                        "or on a cluster, or MetaSchedule's evolutionary search driven by tuna's cost model")
     p.add_argument("--workers", type=int, help="worker processes scoring candidates for --search es "
                                              "(default: one per physical core)")
     p.add_argument("--cluster", help="Dask scheduler for --search es: tcp://host:port, or local:N to start N "
@@ -585,8 +591,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--machine", help="preset to model when the target has no data file")
     p.add_argument("--trials", type=int, default=64, help="trials of each tuner (default 64)")
     p.add_argument("--per-iter", type=int, default=32, help="candidates per search round, both tuners (default 32)")
-    p.add_argument("--search", default="evolutionary",
-                   help="tuna's searches, comma-separated: evolutionary, es (default evolutionary)")
+    p.add_argument("--search", default="es",
+                   help="tuna's searches, comma-separated: es, evolutionary (default es)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--work-dir", default="tuna-bench-tune", help="where the tuning databases go")
     p.add_argument("--json", help="also write the rows as JSON here")

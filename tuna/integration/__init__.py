@@ -775,7 +775,7 @@ def tune(
     seed: int | None = 0,
     num_tuning_cores: int | str = "physical",
     progress: Callable[[str], None] | None = None,
-    search: str = "evolutionary",
+    search: str = "es",
     workers: int | None = None,
     cluster: str | None = None,
 ) -> TuneResult:
@@ -794,11 +794,12 @@ def tune(
     progress : callable, optional
         Called with a line of text after each batch of candidates.
     search : str
-        ``"evolutionary"``: MetaSchedule's EvolutionarySearch driven by tuna's cost model;
-        ``"es"``: tuna's evolution strategies (:class:`tuna.integration.search.ESSearch`),
-        scoring with the IR tier in ``workers`` processes or on ``cluster``, with the
-        same cost-model budget per round (``5 * population_size`` candidates); its state
+        ``"es"`` (the default): tuna's evolution strategies
+        (:class:`tuna.integration.search.ESSearch`), scoring with the IR tier in
+        ``workers`` processes or on ``cluster``, with the same cost-model budget per round
+        (``5 * population_size`` candidates), the best re-ranked by the full tier; its state
         is kept in ``work_dir`` so that a run started again goes on where it stopped.
+        ``"evolutionary"``: MetaSchedule's EvolutionarySearch driven by tuna's cost model.
     workers : int, optional
         Worker processes for ``search="es"`` (1: in this process; default: one per physical core).
     cluster : str, optional
@@ -872,10 +873,11 @@ class _Progress(ms.measure_callback.PyMeasureCallback):
             if res.run_secs:
                 self.best = min(self.best, float(res.run_secs[0]))
         rate = self.model.predicted / max(self.model.seconds, 1e-9)
+        # tuna's ES scores in its own workers and reports that itself; the cost model is idle.
+        model = f"cost model {self.model.predicted} scored ({rate:,.0f}/s) | " if self.model.predicted else ""
         self.report(
             f"  {self.done:>5}/{self.total} candidates built and predicted | best predicted "
-            f"{self.best * 1e6:10.1f} us | cost model {self.model.predicted} scored ({rate:,.0f}/s) "
-            f"| {time.perf_counter() - self.start:6.1f} s"
+            f"{self.best * 1e6:10.1f} us | {model}{time.perf_counter() - self.start:6.1f} s"
         )
 
 

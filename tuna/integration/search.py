@@ -690,7 +690,7 @@ def es_strategy(
         best = p.best_seconds
         best_text = f"{best * 1e6:10.1f} us" if best is not None else "      none"
         rerank = f"{p.reranked} re-ranked by the full tier ({p.rejected} rejected) | " if ES_RERANK else ""
-        progress(f"  es generation {p.es.generation:>4} | best predicted {best_text} | "
+        progress(f"  es generation {p.es.generation:>4} | IR tier's best {best_text} | "
                  f"{p.es.evaluations:>6} scored ({p.es.candidates_per_second:,.0f}/s) | {rerank}"
                  f"{p.measured}/{p.max_trials} handed to the runner")
 
