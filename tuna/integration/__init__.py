@@ -742,7 +742,7 @@ class TuneResult:
     machine : Machine
         What was modelled.
     predicted_seconds : float
-        tuna's predicted run time of the chosen schedule.
+        tuna's predicted run time of the chosen schedule (the tier the runner used: full on CPUs).
     estimate : Estimate
         The chosen schedule's feature breakdown.
     trials : int
@@ -853,8 +853,16 @@ def tune(
     sch = ms.tir_integration.compile_tir(database, mod, tgt)
     if sch is None:
         raise TunaError("tuning produced no valid schedule: every candidate failed to build or analyse")
-    est = estimate_module(sch.mod, mach)
+    # The tier the runner predicted the candidates with, so the report agrees with the database.
+    full = mach.kind == "cpu" or _has_nvcc()
+    est = estimate_module(sch.mod, mach, "full" if full else "ir")
     return TuneResult(database, sch, mach, est.seconds, est, runner.ran, elapsed, cost_model)
+
+
+def _has_nvcc() -> bool:
+    from ..gpu import nvcc
+
+    return nvcc.find_nvcc() is not None
 
 
 @derived_object
