@@ -508,7 +508,7 @@ def _calibrate(args: argparse.Namespace) -> int:
         print(f"[{tier}] " + ", ".join(f"{k} {v:.4g}" for k, v in tables[tier].items()))
     names = [f"{p.name} ({Path(p.source).name})" for p in pools]
     note = f"pools: {', '.join(names)}."
-    kept = {t: ", ".join(linear.held(mach, t)) for t in tables if linear.held(mach, t)}
+    kept = {t: ", ".join(held) for t in tables if (held := linear.held(mach, t))}
     if kept:
         note += "\n# Held at measured values, not fitted: " + "; ".join(f"{t}: {k}" for t, k in kept.items())
         note += f" (parallel_region_us = {mach.parallel_region_us} in the target file)."

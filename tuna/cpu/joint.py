@@ -395,14 +395,12 @@ def _branch_shares(
         # A cycle left after collapsing the natural loops is an irreducible loop (LLVM
         # jumping into an unrolled body for its remainder): it counts as one node, run once,
         # so the branches leaving it do not split the flow that goes on after it.
-        dag = nx.condensation(nx.DiGraph([(a, b) for a, targets in graph.items() for b in targets]))
+        blocks_graph = nx.DiGraph()
+        blocks_graph.add_nodes_from(graph)
+        blocks_graph.add_edges_from((a, b) for a, targets in graph.items() for b in targets)
+        dag = nx.condensation(blocks_graph)
         members = dict(dag.nodes(data="members"))
-        part = {n: c for c, ns in members.items() for n in ns}
-        for n in graph:
-            if n not in part:
-                part[n] = len(members)
-                members[part[n]] = {n}
-                dag.add_node(part[n])
+        part = dag.graph["mapping"]
         done = {c for c, ns in members.items() if ns <= returns}
         flow = dict.fromkeys(members, 0.0)
         flow[part[entry]] = 1.0

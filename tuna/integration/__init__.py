@@ -680,9 +680,7 @@ class StaticRunner(PyRunner):
             return objcode.estimate_artifact(artifact_path, self.machine).seconds
         mod = parse_tvmscript(sidecar.read_text(), f"the scheduled TIR {sidecar}")
         if self.machine.kind != "cpu":
-            from ..gpu import nvcc
-
-            if nvcc.find_nvcc() is None:
+            if not _has_nvcc():
                 if not getattr(self, "_warned_nvcc", False):
                     logger.warning("tuna: no nvcc, so StaticRunner predicts GPU candidates with the IR tier")
                     self._warned_nvcc = True
