@@ -9,10 +9,14 @@ scheduled TIR beside each artifact for the runner), and :func:`tune`.
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import inspect
 import json
+import linecache
 import logging
 import math
 import os
+import sys
 import tempfile
 import threading
 import time
@@ -42,6 +46,44 @@ logger = logging.getLogger("tuna")
 
 #: Name of the file :class:`StaticBuilder` writes beside each artifact.
 SIDECAR = "tuna-kernel.py"
+
+_INTRIN_LOCK = threading.Lock()
+
+
+def _frames(context: int = 1) -> list[inspect.FrameInfo]:
+    """``inspect.stack()`` without its module lookups: each frame and its current line."""
+    frame = sys._getframe(1)
+    out = []
+    while frame is not None:
+        filename, lineno = frame.f_code.co_filename, frame.f_lineno
+        line = linecache.getline(filename, lineno) if context > 0 else ""
+        out.append(inspect.FrameInfo(frame, filename, lineno, frame.f_code.co_name,
+                                     [line] if line else None, 0 if line else None))
+        frame = frame.f_back
+    return out
+
+
+def load_tensor_intrinsics() -> None:
+    """Import TVM's tensor intrinsics (``tvm.s_tir.tensor_intrin``), in seconds, not minutes.
+
+    MetaSchedule imports them in every ``TuneContext`` and in every build worker process.
+    TVMScript's ``prim_func`` calls ``inspect.stack()`` for each function they define, and
+    inside an import that call looks up the module of every ``<frozen importlib>`` frame
+    by scanning ``sys.modules``: the import took 13-14 s per process on a 2-core machine.
+    The parser reads only the frames and their current lines, so the import is done here
+    with :func:`_frames` standing in for ``inspect.stack``: 1.8 s, and the same 112
+    intrinsics register (the structural hashes of their descriptions and implementations
+    compared equal). Called where tuna makes a TuneContext or a builder, and at the start
+    of each builder worker; a no-op once the module is loaded.
+    """
+    if "tvm.s_tir.tensor_intrin" in sys.modules:
+        return
+    with _INTRIN_LOCK:
+        saved, inspect.stack = inspect.stack, _frames
+        try:
+            importlib.import_module("tvm.s_tir.tensor_intrin")
+        finally:
+            inspect.stack = saved
 
 # ---------------------------------------------------------------------------------------
 # TIR -> KernelIR
@@ -562,6 +604,7 @@ class TunaCostModel(PyCostModel):
     def __init__(self, target: Any, machine: str | None = None) -> None:
         super().__init__()
         self.machine = _machine(target, machine)
+        load_tensor_intrinsics()  # before tune_tir's TuneContext needs them
         self.records: list[dict[str, Any]] = []
         self._cache: dict[int, float] = {}
         self._lock = threading.Lock()
@@ -724,7 +767,8 @@ def _tuna_export(rt_mod) -> str:
 
 def StaticBuilder(max_workers: int | None = None, timeout_sec: float = 60.0) -> LocalBuilder:  # noqa: N802
     """A ``LocalBuilder`` that also leaves each candidate's scheduled TIR for :class:`StaticRunner`."""
-    return LocalBuilder(max_workers=max_workers, timeout_sec=timeout_sec, f_build=_tuna_build, f_export=_tuna_export)
+    return LocalBuilder(max_workers=max_workers, timeout_sec=timeout_sec, f_build=_tuna_build, f_export=_tuna_export,
+                        initializer=load_tensor_intrinsics)
 
 
 @dataclass
@@ -973,6 +1017,7 @@ def xgb_scores(
     from tvm.s_tir.meta_schedule.cost_model.xgb_model import XGBConfig
 
     mod = pool_module(pool)
+    load_tensor_intrinsics()
     context = ms.TuneContext(mod=mod, target=tvm.target.Target(dict(pool.target)))
     model = XGBModel(
         config=XGBConfig(seed=seed),

@@ -34,7 +34,7 @@ from tvm.target import codegen
 
 from ..errors import TunaError, WorkloadError
 from ..machine import Machine
-from . import _machine, _plain, apply_trace, load_workload, parse_tvmscript, tvm_target
+from . import _machine, _plain, apply_trace, load_tensor_intrinsics, load_workload, parse_tvmscript, tvm_target
 
 logger = logging.getLogger("tuna")
 
@@ -346,7 +346,9 @@ def _builder_runner(build_timeout: float) -> dict[str, Any]:
     machine that alone can pass MetaSchedule's default 30 s and fail every candidate.
     The runner keeps its defaults (they decide what is measured).
     """
-    return {"builder": ms.builder.LocalBuilder(timeout_sec=build_timeout), "runner": ms.runner.LocalRunner()}
+    load_tensor_intrinsics()  # for the TuneContext; the builder's workers load them as they start
+    return {"builder": ms.builder.LocalBuilder(timeout_sec=build_timeout, initializer=load_tensor_intrinsics),
+            "runner": ms.runner.LocalRunner()}
 
 
 def tune_measured(

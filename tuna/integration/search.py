@@ -37,7 +37,7 @@ from ..errors import TunaError
 from ..machine import Machine, resolve
 from ..search import es as es_mod
 from ..search import workers as workers_mod
-from . import _machine, _plain, estimate_module, tvm_target
+from . import _machine, _plain, estimate_module, load_tensor_intrinsics, tvm_target
 
 logger = logging.getLogger("tuna")
 
@@ -190,6 +190,7 @@ def spaces_from_schedules(mod: tvm.IRModule, schedules: Sequence[s_tir.Schedule]
 
 def tune_context(mod: tvm.IRModule, target: tvm.target.Target, seed: int = 0) -> ms.TuneContext:
     """A TuneContext with MetaSchedule's default space generator and postprocessors for ``target``."""
+    load_tensor_intrinsics()
     return ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply", task_name="main",
                           rand_state=seed)
 
