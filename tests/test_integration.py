@@ -3,6 +3,7 @@
 import io
 import json
 import tarfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -144,6 +145,22 @@ def test_static_runner_predicts_from_both_builders_artifacts(gmm_pool, preset):
             obj = tar.extractfile("lib0.o").read()
         expected = "EM_AARCH64" if mach.isa == "aarch64" else "EM_X86_64"
         assert ELFFile(io.BytesIO(obj))["e_machine"] == expected
+
+
+def test_static_builder_hands_known_predictions_to_the_runner_without_compiling(gmm_pool):
+    mach = machine.preset("zen4")
+    target = integration.tvm_target(mach)
+    known_mod, other_mod = _scheduled(gmm_pool, 3).mod, _scheduled(gmm_pool, 5).mod
+    known = {int(tvm_ffi.structural_hash(known_mod)): 1.25e-4}
+    builder = integration.StaticBuilder(max_workers=1, known=known)
+    built = builder.build([BuilderInput(known_mod, target), BuilderInput(other_mod, target)])
+    assert builder.reused == 1 and all(b.error_msg is None for b in built)
+    assert Path(built[0].artifact_path).name == integration.PREDICTION  # no compilation: no object code
+    assert tarfile.is_tarfile(built[1].artifact_path)  # an unknown candidate is built as before
+    runner = integration.StaticRunner(mach)
+    secs = [float(f.result().run_secs[0]) for f in runner.run([RunnerInput(b.artifact_path, "cpu", []) for b in built])]
+    assert secs[0] == 1.25e-4
+    assert secs[1] == pytest.approx(integration.estimate_module(other_mod, mach, "full").seconds, rel=1e-9)
 
 
 def test_static_runner_reports_unreadable_artifacts_as_errors(tmp_path):

@@ -84,6 +84,19 @@ def test_compute_locations_are_the_ones_tvm_keeps():
         assert {int(i): v for i, v in integration._plain(sch.trace.as_json())[1]}[dec.position] == dec.values[k]
 
 
+@pytest.mark.parametrize("preset", ["zen4", "v100"])
+def test_a_worker_builds_the_candidates_the_main_process_builds(preset):
+    mod = integration.load_workload("GMM:0")
+    machine = tuna.resolve(preset)
+    spaces, ctx = search.design_spaces(mod, machine)
+    state = search.worker_setup(search.worker_spec(mod, ctx.space_generator.postprocs, machine))
+    cands = es.EvolutionStrategies(spaces.search_space(), seed=0).ask().novel[:40]
+    here = [search.build(mod, spaces.trace(c), ctx.space_generator.postprocs) is not None for c in cands]
+    there = [search.build(state.mod, spaces.trace(c), state.postprocs) is not None for c in cands]
+    # On the GPU most random decisions break the thread limits VerifyGPUCode checks.
+    assert here == there and any(here)
+
+
 def test_workers_and_a_local_dask_cluster_find_what_one_process_finds():
     mod = integration.load_workload("GMM:0")
     runs = {}
@@ -114,15 +127,20 @@ def test_tune_tir_takes_the_es_strategy_with_any_cost_model(tmp_path, model):
         assert lines[-1].best_seconds is not None and lines[-1].es.candidates_per_second > 0
 
 
-def test_re_ranking_hands_over_the_full_tiers_best_distinct_schedules(tmp_path):
+@pytest.mark.parametrize("reuse", [False, True])
+def test_re_ranking_hands_over_the_full_tiers_best_distinct_schedules(tmp_path, reuse):
     mod = integration.load_workload("GMM:0")
     machine = tuna.resolve("zen4")
     state = tmp_path / "es.json"
-    strategy = tuna.ESSearch(16, 2, score="ir", machine=machine, rerank=2, seed=3, state_path=state)
+    known = {} if reuse else None
+    strategy = tuna.ESSearch(16, 2, score="ir", machine=machine, rerank=2, seed=3, state_path=state, known=known)
+    builder = tuna.StaticBuilder(known=known)
     database = ms.tune_tir(mod, integration.tvm_target(machine), str(tmp_path), max_trials_global=4,
                            num_trials_per_iter=4, cost_model=ms.cost_model.RandomModel(seed=0),
-                           runner=tuna.StaticRunner(machine), builder=tuna.StaticBuilder(), strategy=strategy,
+                           runner=tuna.StaticRunner(machine), builder=builder, strategy=strategy,
                            num_tuning_cores=1, seed=1)
+    # With the predictions shared, the builder compiles none of the four again.
+    assert builder.reused == (4 if reuse else 0)
     records = database.get_all_tuning_records()
     saved = json.loads(state.read_text())
     handed = {tuple(c) for c in saved["measured"]}
@@ -130,7 +148,7 @@ def test_re_ranking_hands_over_the_full_tiers_best_distinct_schedules(tmp_path):
     assert len(records) == len(handed) == 4 and len(full) == 8
     # The four handed over are the full tier's best four of the eight it re-ranked ...
     assert sorted(full.values(), reverse=True)[:4] == sorted((full[c] for c in handed), reverse=True)
-    # ... the runner, analysing what the builder made of them, predicts what the workers did ...
+    # ... the runner, analysing what the builder made of them (or reusing), predicts what the workers did ...
     assert sorted(math.exp(-full[c]) for c in handed) == pytest.approx(sorted(float(r.run_secs[0]) for r in records))
     # ... and no two are the same schedule.
     built = [integration.apply_trace(mod, integration._plain(r.trace.as_json())).mod for r in records]

@@ -20,7 +20,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,7 @@ import tvm_ffi
 from tvm import s_tir, tirx
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
-from tvm.s_tir.meta_schedule.builder import LocalBuilder
+from tvm.s_tir.meta_schedule.builder import BuilderResult, LocalBuilder, PyBuilder
 from tvm.s_tir.meta_schedule.builder.local_builder import default_build, default_export
 from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture, RunnerFuture, RunnerResult
@@ -46,6 +46,10 @@ logger = logging.getLogger("tuna")
 
 #: Name of the file :class:`StaticBuilder` writes beside each artifact.
 SIDECAR = "tuna-kernel.py"
+
+#: Name of the file :class:`StaticBuilder` writes, instead of an artifact, for a candidate
+#: whose prediction it was given.
+PREDICTION = "tuna-prediction.json"
 
 _INTRIN_LOCK = threading.Lock()
 
@@ -706,13 +710,16 @@ class StaticRunner(PyRunner):
     def predict_artifact(self, artifact_path: str) -> float:
         """Predicted seconds of the candidate built into ``artifact_path``.
 
-        CPU candidates get the full tier: the TIR beside the artifact analysed jointly
+        A candidate :class:`StaticBuilder` was given the prediction of gets that. CPU
+        candidates get the full tier: the TIR beside the artifact analysed jointly
         with the object code inside it (no second compilation). GPU candidates get the
         GPU full tier on that TIR (CUDA C to PTX with nvcc), or the IR tier, with a
         warning, where no nvcc is installed.
         """
         from ..cpu import objcode
 
+        if Path(artifact_path).name == PREDICTION:
+            return float(json.loads(Path(artifact_path).read_text())["seconds"])
         sidecar = Path(artifact_path).parent / SIDECAR
         if not sidecar.exists() and self.machine.kind == "gpu":
             raise AnalysisError(
@@ -765,10 +772,49 @@ def _tuna_export(rt_mod) -> str:
     return path
 
 
-def StaticBuilder(max_workers: int | None = None, timeout_sec: float = 60.0) -> LocalBuilder:  # noqa: N802
-    """A ``LocalBuilder`` that also leaves each candidate's scheduled TIR for :class:`StaticRunner`."""
-    return LocalBuilder(max_workers=max_workers, timeout_sec=timeout_sec, f_build=_tuna_build, f_export=_tuna_export,
-                        initializer=load_tensor_intrinsics)
+@derived_object
+class StaticBuilder(PyBuilder):
+    """MetaSchedule's ``LocalBuilder`` that also leaves each candidate's scheduled TIR for :class:`StaticRunner`.
+
+    Parameters
+    ----------
+    max_workers : int, optional
+        Build processes (LocalBuilder's default: one per core).
+    timeout_sec : float
+        Seconds one build may take.
+    known : mapping of int to float, optional
+        Predicted seconds by structural hash of the scheduled IRModule, for candidates
+        already analysed with the runner's tier (tuna's ES re-ranks its picks with the
+        full tier, which compiles them): such a candidate is not compiled again; its
+        artifact is a file holding the prediction, which :class:`StaticRunner` returns.
+        Read at each build, so the caller may fill it as tuning goes.
+    """
+
+    def __init__(self, max_workers: int | None = None, timeout_sec: float = 60.0,
+                 known: Mapping[int, float] | None = None) -> None:
+        super().__init__()
+        self.local = LocalBuilder(max_workers=max_workers, timeout_sec=timeout_sec, f_build=_tuna_build,
+                                  f_export=_tuna_export, initializer=load_tensor_intrinsics)
+        self.known = known if known is not None else {}
+        self.reused = 0
+
+    def build(self, build_inputs) -> list[BuilderResult]:
+        results: list[BuilderResult | None] = [None] * len(build_inputs)
+        todo = []
+        for i, inp in enumerate(build_inputs):
+            seconds = self.known.get(int(tvm_ffi.structural_hash(inp.mod))) if self.known else None
+            if seconds is None:
+                todo.append(i)
+                continue
+            # MetaSchedule removes the artifact's directory once the runner is done with it.
+            path = Path(tempfile.mkdtemp(prefix="tuna-known-")) / PREDICTION
+            path.write_text(json.dumps({"seconds": float(seconds)}))
+            results[i] = BuilderResult(str(path), None)
+            self.reused += 1
+        if todo:
+            for i, res in zip(todo, self.local.build([build_inputs[i] for i in todo])):
+                results[i] = res
+        return results
 
 
 @dataclass
@@ -863,6 +909,8 @@ def tune(
     tgt = tvm_target(mach)
     cost_model = TunaCostModel(mach)
     runner = StaticRunner(mach)
+    # The ES's re-ranking compiles and predicts its picks with the runner's tier already.
+    known: dict[int, float] = {}
     os.makedirs(work_dir, exist_ok=True)
     callbacks = ms.measure_callback.MeasureCallback.create("default")
     if progress is not None:
@@ -873,7 +921,7 @@ def tune(
 
         if cluster:
             check_cluster(cluster)
-        strategy = es_strategy(mach, work_dir, population_size, seed, workers, cluster, progress)
+        strategy = es_strategy(mach, work_dir, population_size, seed, workers, cluster, progress, known)
     else:
         strategy = ms.search_strategy.EvolutionarySearch(population_size=population_size)
     start = time.perf_counter()
@@ -883,7 +931,7 @@ def tune(
         str(work_dir),
         max_trials_global=max_trials,
         num_trials_per_iter=num_trials_per_iter,
-        builder=StaticBuilder(),
+        builder=StaticBuilder(known=known),
         runner=runner,
         cost_model=cost_model,
         strategy=strategy,

@@ -20,7 +20,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -251,9 +251,8 @@ class WorkerState:
 def worker_spec(mod: tvm.IRModule, postprocs: Sequence[Any], machine: Machine, tier: str = "ir") -> dict[str, Any]:
     """What each worker needs once: the workload and postprocessors (TVM's JSON), the machine, the tier.
 
-    The postprocessors travel as objects rather than being made again from a
-    ``TuneContext``, whose construction imports all of TVM's tensor intrinsics (tens of
-    seconds per worker on a busy machine).
+    The postprocessors travel as objects (the caller's own, not necessarily MetaSchedule's
+    defaults); each worker initialises them with a TuneContext of its own.
     """
     if tier not in ("ir", "full"):
         raise TunaError(f"unknown tier {tier!r}; tiers: ir, full")
@@ -266,6 +265,12 @@ def worker_setup(spec: dict[str, Any]) -> WorkerState:
     mod = tvm.ir.load_json(spec["mod"])
     postprocs = list(tvm.ir.load_json(spec["postprocs"]))
     machine = resolve(spec["target"], spec["machine"])
+    # The JSON holds the postprocessors but not what a TuneContext gives them (e.g.
+    # VerifyGPUCode's thread and shared-memory limits): without it no GPU candidate builds.
+    load_tensor_intrinsics()
+    context = ms.TuneContext(mod=mod, target=tvm_target(machine))
+    for proc in postprocs:
+        proc._initialize_with_tune_context(context)
     return WorkerState(mod, postprocs, machine, spec["tier"])
 
 
@@ -352,6 +357,10 @@ class ESSearch(PySearchStrategy):
         runs past ``rerank_timeout`` is not handed over at all.
     rerank_timeout : float
         Seconds one candidate's full analysis may take in a worker when re-ranking.
+    known : mutable mapping of int to float, optional
+        Where to record the full tier's predicted seconds of each re-ranked candidate it
+        hands over, by structural hash of the scheduled module: given to
+        ``StaticBuilder(known=...)``, it spares those candidates a second compilation.
     seed : int
         Seed of the ES.
     state_path : path, optional
@@ -375,6 +384,7 @@ class ESSearch(PySearchStrategy):
         timeout: float = 60.0,
         rerank: int = 0,
         rerank_timeout: float = 10.0,
+        known: MutableMapping[int, float] | None = None,
         seed: int = 0,
         state_path: str | os.PathLike | None = None,
         progress: Callable[[SearchProgress], None] | None = None,
@@ -392,6 +402,7 @@ class ESSearch(PySearchStrategy):
         self.score, self.machine, self.workers, self.cluster = score, machine, workers, cluster
         self.timeout, self.seed, self.progress = timeout, seed, progress
         self.rerank, self.rerank_timeout = int(rerank), float(rerank_timeout)
+        self.known = known
         self.state_path = Path(state_path) if state_path is not None else None
         self._ctx = None
         self._run: _Run | None = None
@@ -431,6 +442,7 @@ class ESSearch(PySearchStrategy):
             timeout=self.timeout,
             rerank=self.rerank,
             rerank_timeout=self.rerank_timeout,
+            known=self.known,
             seed=self.seed,
             state_path=self.state_path,
             progress=self.progress,
@@ -606,8 +618,11 @@ class _Run:
         self.es.reject(sorted(failed))
         logger.info("tuna search: full tier re-ranked %d candidates in %.1f s (%d failed or ran past %g s)",
                     len(todo), time.perf_counter() - start, len(failed), self.owner.rerank_timeout)
-        good = sorted((x for x in chosen if x[0] not in failed), key=lambda x: -self.full[x[0]])
-        return good[:want]
+        good = sorted((x for x in chosen if x[0] not in failed), key=lambda x: -self.full[x[0]])[:want]
+        if self.owner.known is not None:
+            for cand, _, key in good:
+                self.owner.known[key] = math.exp(-self.full[cand])
+        return good
 
     def close(self) -> None:
         self.save()
@@ -672,6 +687,7 @@ def es_strategy(
     workers: int | None,
     cluster: str | None,
     progress: Callable[[str], None] | None,
+    known: MutableMapping[int, float] | None = None,
 ) -> ESSearch:
     """The :class:`ESSearch` that :func:`tuna.tune` uses for ``search="es"``.
 
@@ -679,8 +695,13 @@ def es_strategy(
     cost model for with the same ``population_size`` (the initial population and four
     genetic iterations: ``5 * population_size``), with tuna's IR tier, in ``workers``
     processes (None: one per physical core), then re-ranks the best ``ES_RERANK`` times as
-    many candidates as it hands over with the full tier, in the same workers.
+    many candidates as it hands over with the full tier, in the same workers, and records
+    their predictions in ``known`` (see :class:`ESSearch`). On a GPU without nvcc, where
+    the runner itself falls back to the IR tier, it hands over the IR tier's best.
     """
+    from . import _has_nvcc
+
+    rerank = ES_RERANK if machine.kind == "cpu" or _has_nvcc() else 0
     generations = max(1, math.ceil(5 * population_size / ES_POPULATION))
     if workers is None:
         workers = psutil.cpu_count(logical=False) or os.cpu_count() or 1
@@ -690,9 +711,9 @@ def es_strategy(
             return
         best = p.best_seconds
         best_text = f"{best * 1e6:10.1f} us" if best is not None else "      none"
-        rerank = f"{p.reranked} re-ranked by the full tier ({p.rejected} rejected) | " if ES_RERANK else ""
+        reranked = f"{p.reranked} re-ranked by the full tier ({p.rejected} rejected) | " if rerank else ""
         progress(f"  es generation {p.es.generation:>4} | IR tier's best {best_text} | "
-                 f"{p.es.evaluations:>6} scored ({p.es.candidates_per_second:,.0f}/s) | {rerank}"
+                 f"{p.es.evaluations:>6} scored ({p.es.candidates_per_second:,.0f}/s) | {reranked}"
                  f"{p.measured}/{p.max_trials} handed to the runner")
 
     return ESSearch(
@@ -702,7 +723,8 @@ def es_strategy(
         machine=machine,
         workers=workers,
         cluster=cluster,
-        rerank=ES_RERANK,
+        rerank=rerank,
+        known=known,
         seed=0 if seed is None else int(seed),
         state_path=Path(work_dir) / STATE_FILE,
         progress=report,
