@@ -105,6 +105,18 @@ def test_a_chunk_loop_vectorized_across_iterations_and_its_remainder_share_the_c
     assert outlined.weights[outlined.loops[0].header] == 32
 
 
+def test_a_chunk_loop_with_a_machine_loop_inside_is_not_vectorized_across_its_iterations():
+    # c63: each softmax row's max over 16 x 32 elements became 32 sixteen-lane vmaxps in the
+    # chunk loop's own blocks, 32 times the lanes of the TIR's statements at that level; the
+    # exp loop is a machine loop inside. LLVM vectorizes innermost loops only, so the chunk
+    # loop does one row per iteration: 256 rows per core (of 2), 512 calls to expf each.
+    kernel, preset = _kernel("sfm-1-c63-zen4")
+    maps = joint.map_kernel(kernel, preset)
+    first = next(fm for fm in maps if fm.code.function.startswith(disasm.ANONYMOUS))
+    assert (first.loops[0].tir_var, first.loops[0].trips, first.loops[0].source) == ("i0_fused", 256, "tir")
+    assert joint.dynamic_counts((first,), preset.isa)["call"] == 512 * 512  # both cores
+
+
 def test_loops_versioned_behind_a_branch_share_the_iterations():
     # c6: LLVM unrolled rl_0 (3) and gave its first copy two versions behind a branch, so
     # 8 inner loops of 16 trips exist where 6 run; rl_0's counter lives in a stack slot.

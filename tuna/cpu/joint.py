@@ -222,13 +222,16 @@ def _code_signature(code: MachineCode, blocks: frozenset[int]) -> tuple[int, int
     return stores, arith, calls, store_lanes, arith_lanes
 
 
-def _unroll_factor(expected: tuple[int, ...], found: tuple[int, ...]) -> int:
+def _unroll_factor(expected: tuple[int, ...], found: tuple[int, ...], innermost: bool = True) -> int:
     """How many TIR iterations one iteration of a machine loop does (1 when nothing shows it).
 
     Either the stores, arithmetic instructions and calls are all that many copies of one
     TIR iteration (LLVM's unroller), or the arithmetic lanes and calls are while the stores
     are no more than that many (LLVM's vectorizer run across iterations, which keeps a
-    reduction in a register and stores it once).
+    reduction in a register and stores it once). LLVM's loop vectorizer takes innermost
+    loops only, so the second reading needs ``innermost``: around a machine loop, lanes
+    beyond the TIR's count are inner TIR loops LLVM flattened into vectors (a softmax row's
+    max over 16 x 32 elements as 32 sixteen-lane maxima), not chunk iterations.
     """
     stores, arith, calls, store_lanes, arith_lanes = expected
     f_stores, f_arith, f_calls, f_store_lanes, f_arith_lanes = found
@@ -237,7 +240,7 @@ def _unroll_factor(expected: tuple[int, ...], found: tuple[int, ...]) -> int:
     for u in _UNROLL_FACTORS:
         if (f_stores, f_arith, f_calls) == (u * stores, u * arith, u * calls):
             return u
-    for u in _VECTOR_FACTORS:
+    for u in _VECTOR_FACTORS if innermost else ():
         vectorized = f_arith_lanes == u * arith_lanes and f_calls == u * calls
         if arith_lanes and vectorized and f_store_lanes <= u * store_lanes:
             return u
@@ -281,7 +284,7 @@ def _map_function(
         own = lp.blocks - frozenset().union(*(c.blocks for c in kids))
         # With no machine loop inside, LLVM unrolled the TIR loop's rolled inner loops fully.
         rolled = rolled_vars if kids else rolled_vars - _subtree_vars(tir)
-        return _unroll_factor(_tir_signature(tir, rolled, lanes), _code_signature(code, own))
+        return _unroll_factor(_tir_signature(tir, rolled, lanes), _code_signature(code, own), innermost=not kids)
 
     def assign(kids: list[disasm.LoopInfo], candidates: list[Loop]) -> None:
         cursor, unrolled = 0, None
