@@ -76,9 +76,9 @@ def held(machine: Machine, tier: str) -> dict[str, float]:
     file has one: fitted freely it took 3.8x the measurement, standing in for other costs
     of parallel schedules, and held it ranks pools left out of the fit better (each shipped
     pool ranked whole by a fit on the other five: mean top-10 0.943 -> 0.958, Kendall tau
-    0.704 -> 0.726). The IR tier's
-    ``launches`` stays free: it also stands for what that tier cannot see of LLVM's
-    parallel loops (held, its left-out top-10 fell from 0.863 to 0.781).
+    0.704 -> 0.726). The IR tier's ``launches`` stays free: it also stands for what that
+    tier cannot see of LLVM's parallel loops (held, its left-out top-10 fell from 0.863 to
+    0.781).
     """
     if tier == "full" and machine.kind == "cpu" and machine.parallel_region_us is not None:
         return {"launches": launch_cycles(machine)}

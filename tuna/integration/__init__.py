@@ -67,6 +67,12 @@ def _frames(context: int = 1) -> list[inspect.FrameInfo]:
     return out
 
 
+def new_tune_context(**kwargs: Any) -> ms.TuneContext:
+    """``ms.TuneContext(**kwargs)``, with TVM's tensor intrinsics loaded the fast way first."""
+    load_tensor_intrinsics()
+    return ms.TuneContext(**kwargs)
+
+
 def load_tensor_intrinsics() -> None:
     """Import TVM's tensor intrinsics (``tvm.s_tir.tensor_intrin``) in about 2 s rather than 14.
 
@@ -77,8 +83,9 @@ def load_tensor_intrinsics() -> None:
     The parser reads only the frames and their current lines, so the import is done here
     with :func:`_frames` standing in for ``inspect.stack``: 1.8 s, and the same 112
     intrinsics register (the structural hashes of their descriptions and implementations
-    compared equal). Called where tuna makes a TuneContext or a builder, and at the start
-    of each builder worker; a no-op once the module is loaded.
+    compared equal). Called by :func:`new_tune_context`, by :class:`TunaCostModel` (before
+    ``tune_tir`` makes its own TuneContext) and at the start of each builder worker; a no-op
+    once the module is loaded.
     """
     if "tvm.s_tir.tensor_intrin" in sys.modules:
         return
@@ -730,12 +737,11 @@ class StaticRunner(PyRunner):
             return objcode.estimate_artifact(artifact_path, self.machine).seconds
         mod = parse_tvmscript(sidecar.read_text(), f"the scheduled TIR {sidecar}")
         if self.machine.kind != "cpu":
-            if not _has_nvcc():
-                if not getattr(self, "_warned_nvcc", False):
-                    logger.warning("tuna: no nvcc, so StaticRunner predicts GPU candidates with the IR tier")
-                    self._warned_nvcc = True
-                return estimate_module(mod, self.machine).seconds
-            return estimate_module(mod, self.machine, "full").seconds
+            tier = runner_tier(self.machine)
+            if tier == "ir" and not getattr(self, "_warned_nvcc", False):
+                logger.warning("tuna: no nvcc, so StaticRunner predicts GPU candidates with the IR tier")
+                self._warned_nvcc = True
+            return estimate_module(mod, self.machine, tier).seconds
         from ..cpu import disasm, full_tier
 
         code = disasm.kernel_code(objcode.artifact_objects(artifact_path))
@@ -944,15 +950,15 @@ def tune(
     if sch is None:
         raise TunaError("tuning produced no valid schedule: every candidate failed to build or analyse")
     # The tier the runner predicted the candidates with, so the report agrees with the database.
-    full = mach.kind == "cpu" or _has_nvcc()
-    est = estimate_module(sch.mod, mach, "full" if full else "ir")
+    est = estimate_module(sch.mod, mach, runner_tier(mach))
     return TuneResult(database, sch, mach, est.seconds, est, runner.ran, elapsed, cost_model)
 
 
-def _has_nvcc() -> bool:
+def runner_tier(machine: Machine) -> str:
+    """The tier :class:`StaticRunner` predicts with: ``"full"``, or ``"ir"`` on a GPU without nvcc."""
     from ..gpu import nvcc
 
-    return nvcc.find_nvcc() is not None
+    return "full" if machine.kind == "cpu" or nvcc.find_nvcc() is not None else "ir"
 
 
 @derived_object
@@ -1065,8 +1071,7 @@ def xgb_scores(
     from tvm.s_tir.meta_schedule.cost_model.xgb_model import XGBConfig
 
     mod = pool_module(pool)
-    load_tensor_intrinsics()
-    context = ms.TuneContext(mod=mod, target=tvm.target.Target(dict(pool.target)))
+    context = new_tune_context(mod=mod, target=tvm.target.Target(dict(pool.target)))
     model = XGBModel(
         config=XGBConfig(seed=seed),
         num_warmup_samples=0,  # the default (100) predicts at random below 100 samples

@@ -325,13 +325,11 @@ def sample_candidates(mod: tvm.IRModule, target: Target, count: int, seed: int =
         At most ``count`` schedules.
     """
     from tvm import s_tir
-    from tvm.s_tir import meta_schedule as ms
 
-    from . import load_tensor_intrinsics
+    from . import new_tune_context
 
-    load_tensor_intrinsics()
-    context = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply",
-                             search_strategy="evolutionary", num_threads=1, rand_state=seed)
+    context = new_tune_context(mod=mod, target=target, space_generator="post-order-apply",
+                               search_strategy="evolutionary", num_threads=1, rand_state=seed)
     generator = context.space_generator
     sketches = generator.generate_design_space(mod)
     out: list = []

@@ -37,7 +37,7 @@ from ..errors import TunaError
 from ..machine import Machine, resolve
 from ..search import es as es_mod
 from ..search import workers as workers_mod
-from . import _machine, _plain, estimate_module, load_tensor_intrinsics, tvm_target
+from . import _machine, _plain, estimate_module, new_tune_context, runner_tier, tvm_target
 
 logger = logging.getLogger("tuna")
 
@@ -190,9 +190,8 @@ def spaces_from_schedules(mod: tvm.IRModule, schedules: Sequence[s_tir.Schedule]
 
 def tune_context(mod: tvm.IRModule, target: tvm.target.Target, seed: int = 0) -> ms.TuneContext:
     """A TuneContext with MetaSchedule's default space generator and postprocessors for ``target``."""
-    load_tensor_intrinsics()
-    return ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply", task_name="main",
-                          rand_state=seed)
+    return new_tune_context(mod=mod, target=target, space_generator="post-order-apply", task_name="main",
+                            rand_state=seed)
 
 
 def design_spaces(
@@ -267,8 +266,7 @@ def worker_setup(spec: dict[str, Any]) -> WorkerState:
     machine = resolve(spec["target"], spec["machine"])
     # The JSON holds the postprocessors but not what a TuneContext gives them (e.g.
     # VerifyGPUCode's thread and shared-memory limits): without it no GPU candidate builds.
-    load_tensor_intrinsics()
-    context = ms.TuneContext(mod=mod, target=tvm_target(machine))
+    context = new_tune_context(mod=mod, target=tvm_target(machine))
     for proc in postprocs:
         proc._initialize_with_tune_context(context)
     return WorkerState(mod, postprocs, machine, spec["tier"])
@@ -701,9 +699,7 @@ def es_strategy(
     their predictions in ``known`` (see :class:`ESSearch`). On a GPU without nvcc, where
     the runner itself falls back to the IR tier, it hands over the IR tier's best.
     """
-    from . import _has_nvcc
-
-    rerank = ES_RERANK if machine.kind == "cpu" or _has_nvcc() else 0
+    rerank = ES_RERANK if runner_tier(machine) == "full" else 0
     generations = max(1, math.ceil(5 * population_size / ES_POPULATION))
     if workers is None:
         workers = psutil.cpu_count(logical=False) or os.cpu_count() or 1
