@@ -2,6 +2,8 @@
 
 import io
 import json
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -145,6 +147,38 @@ def test_static_runner_predicts_from_both_builders_artifacts(gmm_pool, preset):
             obj = tar.extractfile("lib0.o").read()
         expected = "EM_AARCH64" if mach.isa == "aarch64" else "EM_X86_64"
         assert ELFFile(io.BytesIO(obj))["e_machine"] == expected
+
+
+_INTRINSICS = """
+import inspect, json, pkgutil, sys
+import tvm_ffi
+if sys.argv[1] == "tuna":
+    from tuna.integration import load_tensor_intrinsics
+    stack = inspect.stack
+    load_tensor_intrinsics()
+    assert inspect.stack is stack, "inspect.stack was not put back"
+import tvm.s_tir.tensor_intrin as ti
+from tvm.s_tir import TensorIntrin
+names = {v for m in pkgutil.walk_packages(ti.__path__, ti.__name__ + ".") if m.name in sys.modules
+         for k, v in vars(sys.modules[m.name]).items() if isinstance(v, str) and "INTRIN" in k.upper()}
+out = {}
+for n in sorted(names):
+    try:
+        t = TensorIntrin.get(n)
+    except Exception:
+        continue
+    out[n] = [str(tvm_ffi.structural_hash(t.desc)), str(tvm_ffi.structural_hash(t.impl))]
+print(json.dumps(out))
+"""
+
+
+def test_tuna_loads_the_same_tensor_intrinsics_as_tvm():
+    # Each in a fresh process: TVM's own import (about 14 s) against tuna's frame walk.
+    runs = [subprocess.run([sys.executable, "-c", _INTRINSICS, how], capture_output=True, text=True, timeout=300)
+            for how in ("tvm", "tuna")]
+    assert all(r.returncode == 0 for r in runs), runs[-1].stderr[-2000:]
+    theirs, ours = (json.loads(r.stdout.strip().splitlines()[-1]) for r in runs)
+    assert len(ours) > 100 and ours == theirs
 
 
 def test_static_builder_hands_known_predictions_to_the_runner_without_compiling(gmm_pool):
