@@ -81,6 +81,49 @@ def test_llvm_vectorizes_contiguous_serial_loops_itself():
     assert [lp.kind for lp in codegen_loops(stmt, loops, zen4)] == [LoopKind.SERIAL] * 3
 
 
+def _exp_rows(unroll, sibling=False):
+    """B[i, j] = exp(A[i, j]) over 8 x 128, i annotated with an auto-unroll step (and a sibling
+    statement under j that TVM's unroller counts too)."""
+    idx = (Index((("i", 1),)), Index((("j", 1),)))
+    exp = Statement("B", (Access("A", False, idx, (8, 128), 4), Access("B", True, idx, (8, 128), 4)), (("math", 1),))
+    body = (exp,)
+    if sibling:
+        t = Access("T", True, (Index((("i", 1),)), Index((("j", 1),))), (8, 128), 4)
+        body = (Statement("T", (Access("A", False, idx, (8, 128), 4), t), (("add", 1),)), exp)
+    return KernelIR("exp", (Loop("i", 8, LoopKind.PARALLEL, (Loop("j", 128, LoopKind.SERIAL, body),),
+                                 unroll_max_step=unroll),))
+
+
+def test_library_calls_stay_scalar_in_unrolled_copies_and_vectorize_in_rolled_loops():
+    zen4 = machine.preset("zen4")
+    kinds = {}
+    for unroll in (0, 128):
+        (stmt, loops), = list(walk(_exp_rows(unroll).body))
+        kinds[unroll] = [lp.kind for lp in codegen_loops(stmt, loops, zen4)][1]
+        counts = statement_counts(stmt, loops, zen4)
+        assert counts["math"] == 8 * 128
+        around = counts["call_block_ops"] / counts["math"]
+        # A rolled loop: LLVM vectorizes around the calls, each lane moved out and back in.
+        assert around == (2 / 16 + 5 if unroll == 0 else 2)
+    # TVM's unrolled copies: the SLP vectorizer has no vector expf to merge them into.
+    assert kinds == {0: LoopKind.VECTORIZED, 128: LoopKind.SERIAL}
+
+
+def test_tvm_unrolling_counts_sibling_statements():
+    # Alone, j's 128 exp statements fit the step limit of 128; with a sibling under j, TVM's
+    # UnrollLoop counts 256 and leaves j rolled, which the kernel's set tells the IR tier.
+    from tuna.cpu.joint import tvm_unrolled
+
+    for sibling, unrolled in ((False, {"j"}), (True, set())):
+        kernel = _exp_rows(128, sibling)
+        tvm = frozenset(tvm_unrolled(kernel))
+        exp, loops = list(walk(kernel.body))[-1]
+        assert unrolled_loops(loops, tvm) == unrolled
+        assert unrolled_loops(loops) == {"j"}  # the statement's own loops alone cannot tell
+        kind = codegen_loops(exp, loops, machine.preset("zen4"), tvm)[1].kind
+        assert kind == (LoopKind.VECTORIZED if sibling else LoopKind.SERIAL)
+
+
 def test_reduction_chains_overlap_when_independent_work_sits_inside():
     zen4 = machine.preset("zen4")
     # kk innermost (long, rolled): every FMA waits for the previous one, 4 cycles each.

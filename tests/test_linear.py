@@ -29,7 +29,13 @@ def test_fit_holds_measured_coefficients_and_fits_the_rest():
     assert fitted["launches"] == 3e4 and fitted["compute_cycles"] > 0
     zen4 = machine.preset("zen4")
     assert linear.held(zen4, "full") == {"launches": zen4.parallel_region_us * 1e-6 * zen4.frequency_ghz * 1e9}
-    assert linear.held(zen4, "ir") == {} and linear.held(machine.preset("graviton2"), "full") == {}
+    assert linear.held(machine.preset("graviton2"), "full") == {}
+    # The IR tier holds the full tier's price of the code around library calls.
+    assert linear.held(zen4, "ir", {"call_block_ops": 1.5}) == {"call_block_ops": 1.5}
+    shipped_full = linear.coefficients(zen4, "full").values["call_block_ops"]
+    assert shipped_full > 0 and linear.held(zen4, "ir") == {"call_block_ops": shipped_full}
+    assert linear.coefficients(zen4, "ir").values["call_block_ops"] == shipped_full
+    assert linear.held(machine.preset("v100"), "ir") == {}
     shipped = linear.coefficients(zen4, "full").values["launches"]
     assert shipped == pytest.approx(linear.launch_cycles(zen4), rel=1e-5)
 

@@ -202,22 +202,19 @@ def _bench_rank(args: argparse.Namespace) -> int:
     scorers = dict(bench.baselines(args.seed))
     if not args.no_xgb:
         scorers["xgb-64"] = lambda pool, tr, te: integration.xgb_scores(pool, tr, te, seed=args.seed)
-    for tier in tiers:
+    unseen: dict[str, dict] = {}
+    for tier in sorted(tiers, key=lambda t: t != "full"):  # the IR tier's fit holds a full coefficient
         shipped = linear.coefficients(mach, tier)
         scorers[f"tuna-{tier}"] = bench.feature_scorer(
             feats[tier], secs[tier], lambda name, f, c=shipped: linear.seconds(f, c, mach)
         )
         if len(pools) > 1:
-            held_out = {
-                pool.name: linear.Coefficients(
-                    mach.name,
-                    tier,
-                    MappingProxyType(
-                        linear.fit(*_fit_rows(feats[tier], pools, mach, pool.name), **linear.fit_options(mach, tier))
-                    ),
-                )
-                for pool in pools
-            }
+            held_out = unseen[tier] = {}
+            for pool in pools:
+                full = unseen["full"][pool.name].values if "full" in unseen else None
+                rows = _fit_rows(feats[tier], pools, mach, pool.name)
+                fitted = linear.fit(*rows, **linear.fit_options(mach, tier, full))
+                held_out[pool.name] = linear.Coefficients(mach.name, tier, MappingProxyType(fitted))
             scorers[f"tuna-{tier}-unseen"] = bench.feature_scorer(
                 feats[tier], secs[tier], lambda name, f, h=held_out: linear.seconds(f, h[name], mach)
             )
@@ -501,17 +498,19 @@ def _calibrate(args: argparse.Namespace) -> int:
     mach = integration._machine(args.target, args.machine)
     tiers = _tiers(args.tiers)
     feats, _ = _pool_features(pools, mach, tiers)
-    tables = {}
-    for tier in tiers:
+    tables: dict[str, dict] = {}
+    for tier in sorted(tiers, key=lambda t: t != "full"):  # the IR tier's fit holds a full coefficient
         rows, lat, groups = _fit_rows(feats[tier], pools, mach)
-        tables[tier] = linear.fit(rows, lat, groups, **linear.fit_options(mach, tier))
+        tables[tier] = linear.fit(rows, lat, groups, **linear.fit_options(mach, tier, tables.get("full")))
         print(f"[{tier}] " + ", ".join(f"{k} {v:.4g}" for k, v in tables[tier].items()))
+    tables = {t: tables[t] for t in tiers}
     names = [f"{p.name} ({Path(p.source).name})" for p in pools]
     note = f"pools: {', '.join(names)}."
-    kept = {t: ", ".join(held) for t in tables if (held := linear.held(mach, t))}
+    why = {"launches": f"parallel_region_us = {mach.parallel_region_us} in the target file",
+           "call_block_ops": "the full tier's" + ("" if "full" in tables else ", as shipped")}
+    kept = [f"{t}: {k} ({why.get(k, '')})" for t in tables for k in linear.held(mach, t, tables.get("full"))]
     if kept:
-        note += "\n# Held at measured values, not fitted: " + "; ".join(f"{t}: {k}" for t, k in kept.items())
-        note += f" (parallel_region_us = {mach.parallel_region_us} in the target file)."
+        note += "\n# Held, not fitted: " + "; ".join(kept) + "."
     text = linear.to_toml(tables, mach, [p.name for p in pools], note)
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)

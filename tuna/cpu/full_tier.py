@@ -74,6 +74,12 @@ def estimate(kernel: KernelIR, machine: Machine) -> Estimate:
             # x86 folds loads into arithmetic (vfmadd231ps z, z, [m] and embedded broadcasts).
             folded = sum(ins.klass in joint.ARITHMETIC and "[" in ins.operands for ins in blk.instructions)
             feats["calls"] += weight * klasses["call"]
+            if klasses["call"]:
+                # The code around each call costs more than the simulator, blind to the
+                # callee, overlaps: an exp loop that LLVM vectorized around per-lane calls
+                # (4.5 instructions a call: lane moves, spills) ran 14% slower on Zen 5 than
+                # its scalar form (3 a call), as many calls (tests/test_integration.py).
+                feats["call_block_ops"] += weight * (len(blk.instructions) - klasses["call"])
             feats["load_ops"] += weight * (klasses["load"] + folded)
             feats["store_ops"] += weight * klasses["store"]
         feats["compute_cycles"] += per_thread

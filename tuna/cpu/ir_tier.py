@@ -29,6 +29,7 @@ from ..estimate import Estimate
 from ..ir import Access, KernelIR, Loop, LoopKind, Statement, walk
 from ..machine import Machine
 from .cache import data_movement
+from .joint import tvm_unrolled
 from .ooo import uarch
 
 #: Instructions of loop control (increment, compare, branch) per iteration of a rolled loop.
@@ -39,15 +40,24 @@ LOOP_OVERHEAD_INSTRUCTIONS = 2
 FULL_UNROLL_SIZE = 300
 #: Narrowest vector LLVM's loop vectorizer forms from a serial loop (lanes).
 MIN_AUTO_LANES = 4
+#: Instructions per lane with which a vector loop calls a scalar library function: extract
+#: the lane, insert the result, and spill and reload the vectors the call clobbers. LLVM's
+#: code for the rolled exp loops of the SFM-1 pool on Zen 4 has about five (e.g. 365
+#: instructions around 64 calls, of which the row's load, subtraction and store are 0.2).
+LANE_CALL_INSTRUCTIONS = 5
 
 
-def unrolled_loops(loops: tuple[Loop, ...]) -> set[str]:
+def unrolled_loops(loops: tuple[Loop, ...], tvm: frozenset[str] | None = None) -> set[str]:
     """Variables of loops that TVM or LLVM unrolls.
 
     Explicitly unrolled loops, and inner loops under a ``pragma_auto_unroll_max_step``
-    annotation while the product of their extents stays within the step limit.
+    annotation while the product of their extents stays within the step limit; or, given
+    ``tvm`` (what TVM unrolls in the whole kernel, :func:`tuna.cpu.joint.tvm_unrolled`, which
+    also counts the sibling statements under a loop), those of ``loops`` among them.
     """
     unrolled = {lp.var for lp in loops if lp.kind == LoopKind.UNROLLED}
+    if tvm is not None:
+        return unrolled | {lp.var for lp in loops if lp.var in tvm}
     max_step, start = 0, len(loops)
     for pos, lp in enumerate(loops):
         if lp.unroll_max_step:
@@ -80,7 +90,9 @@ def _contiguous_in(access: Access, var: str) -> bool:
     return last.coeff(var) == 1 and var not in last.opaque
 
 
-def codegen_loops(stmt: Statement, loops: tuple[Loop, ...], machine: Machine) -> tuple[Loop, ...]:
+def codegen_loops(
+    stmt: Statement, loops: tuple[Loop, ...], machine: Machine, tvm: frozenset[str] | None = None
+) -> tuple[Loop, ...]:
     """``loops`` with the kinds LLVM gives them when it compiles TVM's loop nest.
 
     Innermost serial loops small enough for LLVM's full unrolling become unrolled. When TVM
@@ -93,7 +105,7 @@ def codegen_loops(stmt: Statement, loops: tuple[Loop, ...], machine: Machine) ->
     """
     if machine.in_order or not loops:
         return loops
-    unrolled = unrolled_loops(loops)
+    unrolled = unrolled_loops(loops, tvm)
     out, region = list(loops), []
     size = len(stmt.accesses) + stmt.op_count()
     for pos in range(len(loops) - 1, -1, -1):
@@ -111,6 +123,8 @@ def codegen_loops(stmt: Statement, loops: tuple[Loop, ...], machine: Machine) ->
     writes = [a for a in stmt.accesses if a.write]
     for pos in region:
         lp = loops[pos]
+        if stmt.op_count("math") and (lp.var in unrolled or out[pos].kind == LoopKind.UNROLLED):
+            continue  # the SLP vectorizer leaves copies of library calls without a vector form scalar
         if (
             lp.extent >= MIN_AUTO_LANES
             and writes
@@ -141,10 +155,12 @@ def _vector_cost(access: Access, vec: Loop | None, hw_lanes: int) -> int:
     return math.ceil(vec.extent / hw_lanes) if contiguous else vec.extent
 
 
-def statement_counts(stmt: Statement, loops: tuple[Loop, ...], machine: Machine) -> Counter:
-    """Dynamic instruction counts of one statement, by class."""
+def statement_counts(
+    stmt: Statement, loops: tuple[Loop, ...], machine: Machine, tvm: frozenset[str] | None = None
+) -> Counter:
+    """Dynamic instruction counts of one statement, by class (``tvm``: see :func:`unrolled_loops`)."""
     counts: Counter = Counter()
-    loops = codegen_loops(stmt, loops, machine)
+    loops = codegen_loops(stmt, loops, machine, tvm)
     execs = math.prod(lp.extent for lp in loops)
     vec = _vector_loop(loops)
     hw = machine.lanes(stmt.dtype_bytes)
@@ -155,7 +171,7 @@ def statement_counts(stmt: Statement, loops: tuple[Loop, ...], machine: Machine)
         counts[kind] += n * execs if kind == "math" else n * execs // vl * vinstr
     counts["lanes_fma"] += stmt.op_count("fma") * execs
 
-    unrolled = unrolled_loops(loops)
+    unrolled = unrolled_loops(loops, tvm)
     tile_start = len(loops)
     while tile_start > 0 and (
         loops[tile_start - 1].var in unrolled or loops[tile_start - 1].kind == LoopKind.VECTORIZED
@@ -208,6 +224,9 @@ def statement_counts(stmt: Statement, loops: tuple[Loop, ...], machine: Machine)
     for pos, lp in enumerate(loops):
         if lp.var not in unrolled and lp.kind != LoopKind.VECTORIZED:
             counts["loop_iterations"] += math.prod(x.extent for x in loops[: pos + 1])
+    if counts["math"]:  # the code around the library calls (see linear's call_block_ops)
+        own = sum(counts[k] for k in ("fma", "add", "mul", "div", "special", "cast", "load", "store"))
+        counts["call_block_ops"] = own + (LANE_CALL_INSTRUCTIONS * counts["math"] if vl > 1 else 0)
     return counts
 
 
@@ -240,11 +259,11 @@ def parallel_width(node: Loop | Statement) -> int:
     return 1
 
 
-def _nest_terms(node: Loop | Statement, machine: Machine, feats: Counter) -> None:
+def _nest_terms(node: Loop | Statement, machine: Machine, feats: Counter, tvm: frozenset[str]) -> None:
     """Add one top-level nest's terms of the linear model (and diagnostics) to ``feats``."""
     counts: Counter = Counter()
     for stmt, loops in walk((node,)):
-        counts.update(statement_counts(stmt, loops, machine))
+        counts.update(statement_counts(stmt, loops, machine, tvm))
     tp = machine.throughput
     fp = max(
         (counts["fma"] + counts["mul"]) / tp["fma"],
@@ -278,6 +297,7 @@ def _nest_terms(node: Loop | Statement, machine: Machine, feats: Counter) -> Non
     feats["load_ops"] += (counts["load"] + counts["spill"]) * share
     feats["store_ops"] += (counts["store"] + counts["spill"]) * share
     feats["calls"] += counts["math"] * share
+    feats["call_block_ops"] += counts["call_block_ops"] * share
     feats["launches"] += width > 1
     feats["threads_used"] = max(feats["threads_used"], active)
 
@@ -285,8 +305,9 @@ def _nest_terms(node: Loop | Statement, machine: Machine, feats: Counter) -> Non
 def features(kernel: KernelIR, machine: Machine) -> Counter:
     """The IR tier's terms of the linear model (and diagnostics) for ``kernel``."""
     feats: Counter = Counter()
+    tvm = frozenset(tvm_unrolled(kernel))
     for node in kernel.body:
-        _nest_terms(node, machine, feats)
+        _nest_terms(node, machine, feats, tvm)
     feats["const"] = 1.0
     return feats
 
