@@ -134,3 +134,17 @@ def test_rank_writes_predictions_and_a_figure_beside_the_json(tmp_path, capsys):
     assert any(p is not None and p > 0 for p in pred["predicted"])
     assert data["meta"]["target"] == "zen4" and data["meta"]["machine"]["cores"] >= 1
     assert (tmp_path / "rank.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_rank_of_several_pools_fits_each_tier_without_the_pool_ranked(tmp_path, capsys):
+    # The IR tier's unseen fits hold a coefficient of the full tier's fit on the same pools.
+    shipped = {p.stem: p for p in bench.shipped_pools()}
+    small = json.loads(shipped["SFM-1"].read_text())
+    small["candidates"] = small["candidates"][:30]
+    (tmp_path / "SFM-1.json").write_text(json.dumps(small))
+    out = tmp_path / "rank.json"
+    argv = ["bench", "rank", str(shipped["NRM-0"]), str(tmp_path / "SFM-1.json"), "--no-xgb", "--json", str(out)]
+    assert cli.main(argv) == 0
+    rows = json.loads(out.read_text())["results"]
+    for model in ("tuna-ir", "tuna-ir-unseen", "tuna-full", "tuna-full-unseen"):
+        assert {r["pool"] for r in rows if r["model"] == model} == {"NRM-0", "SFM-1"}

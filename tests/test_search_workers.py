@@ -69,6 +69,30 @@ def test_a_batch_can_have_its_own_time_limit():
         assert pool.timed_out == 1
 
 
+def setup_slow_when_told(_):
+    if os.environ.get("TUNA_TEST_SLOW_SETUP"):  # set once the first workers are up
+        time.sleep(30)
+    return {"pid": os.getpid()}
+
+
+def score_pid_hang_on_zero(state, payload):
+    if payload == 0:
+        time.sleep(60)
+    time.sleep(0.1)
+    return float(state["pid"])
+
+
+def test_the_others_go_on_scoring_while_a_replacement_sets_up(monkeypatch):
+    with workers.ProcessPool(setup_slow_when_told, score_pid_hang_on_zero, None, workers=2, timeout=1.0) as pool:
+        pool.start()
+        monkeypatch.setenv("TUNA_TEST_SLOW_SETUP", "1")
+        start = time.monotonic()
+        scores = pool([0] + [1] * 40)
+        assert scores[0] == es.WORST and pool.timed_out == 1
+        # The survivor scored all the rest (4 s of work) without waiting 30 s for the new worker.
+        assert len(set(scores[1:])) == 1 and time.monotonic() - start < 20
+
+
 def test_a_search_goes_on_through_faulty_candidates():
     space = es.SearchSpace(((6, 6, 6),))
     search = es.EvolutionStrategies(space, es.ESConfig(population=8), seed=0)

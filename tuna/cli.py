@@ -211,7 +211,7 @@ def _bench_rank(args: argparse.Namespace) -> int:
         if len(pools) > 1:
             held_out = unseen[tier] = {}
             for pool in pools:
-                full = unseen["full"][pool.name].values if "full" in unseen else None
+                full = unseen["full"][pool.name].values if tier == "ir" and "full" in unseen else None
                 rows = _fit_rows(feats[tier], pools, mach, pool.name)
                 fitted = linear.fit(*rows, **linear.fit_options(mach, tier, full))
                 held_out[pool.name] = linear.Coefficients(mach.name, tier, MappingProxyType(fitted))

@@ -205,9 +205,13 @@ class ProcessPool:
                 self._await_ready(w)
 
     def _await_ready(self, w: _Worker) -> None:
-        if not w.conn.poll(self.setup_timeout):
+        if not w.conn.poll(max(0.0, w.started + self.setup_timeout - time.monotonic())):
             w.stop(kill=True)
             raise TunaError(f"a search worker did not set up within {self.setup_timeout:g} s")
+        self._take_ready(w)
+
+    def _take_ready(self, w: _Worker) -> None:
+        """Read a worker's report of its setup (it has sent it); raise if the setup failed."""
         try:
             kind, detail = w.conn.recv()
         except (EOFError, OSError):
@@ -218,10 +222,10 @@ class ProcessPool:
         w.ready = True
 
     def _replace(self, w: _Worker) -> _Worker:
+        """Kill ``w`` and start another in its place (it sets up while the pool goes on)."""
         w.stop(kill=True)
         fresh = self._spawn()
         self._pool[self._pool.index(w)] = fresh
-        self._await_ready(fresh)
         return fresh
 
     def __call__(self, payloads: Sequence[Any], timeout: float | None = None) -> list[float]:
@@ -241,10 +245,21 @@ class ProcessPool:
 
         for w in list(self._pool):
             feed(w)
-        while busy:
-            deadline = min(w.started for w in busy.values()) + limit
-            ready = wait(list(busy) + [w.process.sentinel for w in busy.values()],
+        # Replacements of killed workers set up (seconds: TVM's import) while the others score.
+        starting: dict[Connection, _Worker] = {}
+        while busy or (starting and pending):
+            deadline = min([w.started + limit for w in busy.values()]
+                           + [w.started + self.setup_timeout for w in starting.values()])
+            ready = wait(list(busy) + [w.process.sentinel for w in busy.values()] + list(starting),
                          timeout=max(0.0, deadline - time.monotonic()))
+            for conn in [c for c in starting if c in ready]:
+                w = starting.pop(conn)
+                self._take_ready(w)
+                feed(w)
+            for w in starting.values():
+                if time.monotonic() - w.started > self.setup_timeout:
+                    w.stop(kill=True)
+                    raise TunaError(f"a search worker did not set up within {self.setup_timeout:g} s")
             for w in list(busy.values()):
                 if w.conn in ready and w.conn.poll():
                     try:
@@ -269,13 +284,14 @@ class ProcessPool:
                     continue
                 results[w.task] = WORST
                 del busy[w.conn]
-                feed(self._replace(w))
+                fresh = self._replace(w)
+                starting[fresh.conn] = fresh
         return [WORST if r is None else r for r in results]
 
     def close(self) -> None:
-        """Stop the workers."""
+        """Stop the workers (one still setting up is killed)."""
         for w in self._pool:
-            w.stop()
+            w.stop(kill=not w.ready)
         self._pool.clear()
 
     def __enter__(self) -> ProcessPool:
