@@ -11,8 +11,8 @@ innermost reduction loop, and instances of that loop the reorder buffer overlaps
 top-level loop nest's core cycles are those
 of its busiest resource (FP pipes, load/store ports, front end, FMA chains), divided over
 the cores its outermost parallel loop can occupy; cache fills (integer-set data movement),
-DRAM traffic and calls of the C math library (one per lane of every exp, log, ...) are
-separate terms of the linear model in :mod:`tuna.linear`.
+DRAM traffic, calls of the C math library (one per lane of every exp, log, ...) and the
+instructions around them are separate terms of the linear model in :mod:`tuna.linear`.
 """
 
 from __future__ import annotations
@@ -42,8 +42,9 @@ FULL_UNROLL_SIZE = 300
 MIN_AUTO_LANES = 4
 #: Instructions per lane with which a vector loop calls a scalar library function: extract
 #: the lane, insert the result, and spill and reload the vectors the call clobbers. LLVM's
-#: code for the rolled exp loops of the SFM-1 pool on Zen 4 has about five (e.g. 365
-#: instructions around 64 calls, of which the row's load, subtraction and store are 0.2).
+#: code for the rolled exp loops of the SFM-1 pool on Zen 4 has about five (candidate 6: 301
+#: instructions beside its 64 calls, of which the row's vector load, subtract and store
+#: make 0.2 a call).
 LANE_CALL_INSTRUCTIONS = 5
 
 
