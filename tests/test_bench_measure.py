@@ -2,6 +2,7 @@
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -135,3 +136,9 @@ def test_bench_tune_times_every_pick_and_the_pools_best_here(tmp_path, capsys):
     assert best["trials"] == 192 and 0 < best["latency"] < 1.0 and best["ratio_to_reference"] == 1.0
     assert all(0 < r["ratio"] <= 1.0 for r in rows if r["latency"])
     assert "re-timed here" in capsys.readouterr().out
+    for r in rows:  # every pick's scheduled TIR is kept in the work directory
+        if r["latency"]:
+            assert Path(r["schedule"]).parent == tmp_path / "work" / "NRM-0" / "picks"
+            assert "def main" in Path(r["schedule"]).read_text()
+        else:
+            assert r["schedule"] is None

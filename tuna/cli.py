@@ -385,12 +385,19 @@ def _bench_tune(args: argparse.Namespace) -> int:
     rows, pool_best = [], {}
     for w in args.workloads:
         _stderr(f"== tuna bench tune {w} for {mach.name}: {args.trials} trials each")
-        for row in measure.compare_tuning(w, mach, Path(args.work_dir) / Path(w.replace(":", "-")).name, args.trials,
+        work = Path(args.work_dir) / Path(w.replace(":", "-")).name
+        for row in measure.compare_tuning(w, mach, work, args.trials,
                                           searches=searches, num_trials_per_iter=args.per_iter, seed=args.seed,
                                           progress=_stderr, reference=_shipped_pool(w)):
+            if row.get("schedule") is not None:  # each pick's scheduled TIR, to study it later
+                path = work / "picks" / f"{row['method']}.py"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(row["schedule"])
+                row["schedule"] = str(path)
             rows.append({"workload": w, **row})
             if row["method"] == "pool-best":
                 pool_best[w] = row["latency"]
+        _stderr(f"   the picks' scheduled TIR: {work / 'picks'}")
     rows = bench.with_ratios(rows, "workload", pool_best)
     print(bench.tune_table(rows))
     print(bench.TUNE_CAPTION)
@@ -593,7 +600,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--search", default="es",
                    help="tuna's searches, comma-separated: es, evolutionary (default es)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--work-dir", default="tuna-bench-tune", help="where the tuning databases go")
+    p.add_argument("--work-dir", default="tuna-bench-tune",
+                   help="where the tuning databases and the picks' scheduled TIR (picks/) go")
     p.add_argument("--json", help="also write the rows as JSON here")
     p.set_defaults(func=_bench_tune)
 

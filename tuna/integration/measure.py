@@ -489,8 +489,9 @@ def compare_tuning(
     candidates, that search strategy), ``metaschedule@tuna-<search>-time`` (the best candidate
     MetaSchedule had measured when that tuna run's wall time had passed; None when it had
     measured none yet), and ``metaschedule`` (``trials`` measured candidates). Each row:
-    ``method``, ``tune_seconds``, ``trials``, ``latency`` (the pick re-timed here, seconds)
-    and ``predicted`` (tuna's prediction of its own pick). With ``reference`` (a measured pool
+    ``method``, ``tune_seconds``, ``trials``, ``latency`` (the pick re-timed here, seconds),
+    ``predicted`` (tuna's prediction of its own pick) and ``schedule`` (the pick's scheduled
+    TIR as TVMScript; None without a pick). With ``reference`` (a measured pool
     of the workload, :class:`tuna.bench.Pool`), a last row ``pool-best``: the pool's fastest
     candidate re-timed here, with the pool's tuning time and trials. All picks are timed at
     the end, in turn (:func:`time_interleaved`), so that they are compared under one load.
@@ -541,8 +542,9 @@ def compare_tuning(
         picks.append(apply_trace(mod, best).mod)
     what = f" and the best of the pool {reference.name}" if reference is not None else ""
     _say(progress, f"{workload}: timing the picks{what} here, in turn, {ROUNDS} rounds")
-    for row, latency in zip(rows, time_interleaved(picks, mach, seed=seed)):
+    for row, latency, pick in zip(rows, time_interleaved(picks, mach, seed=seed), picks):
         row["latency"] = latency
+        row["schedule"] = None if pick is None else pick.script()
     return rows
 
 
