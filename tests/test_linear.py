@@ -36,6 +36,15 @@ def test_fit_holds_measured_coefficients_and_fits_the_rest():
     assert shipped_full > 0 and linear.held(zen4, "ir") == {"call_block_ops": shipped_full}
     assert linear.coefficients(zen4, "ir").values["call_block_ops"] == shipped_full
     assert linear.held(machine.preset("v100"), "ir") == {}
+    # Fitting both tiers at once: the full tier first, its call_block_ops held by the IR tier's fit.
+    pairs = zip(rng.uniform(1e4, 1e6, 30), rng.uniform(0, 1e5, 30))
+    rows = [{"compute_cycles": c, "call_block_ops": b} for c, b in pairs]
+    lat = [1.5 * r["compute_cycles"] + 2.5 * r["call_block_ops"] for r in rows]
+    tables = linear.fit_tiers(zen4, {"ir": (rows, [2 * x for x in lat], None), "full": (rows, lat, None)})
+    assert list(tables) == ["ir", "full"]
+    assert tables["full"]["call_block_ops"] == pytest.approx(2.5, rel=1e-3)
+    assert tables["ir"]["call_block_ops"] == tables["full"]["call_block_ops"]
+    assert tables["ir"]["compute_cycles"] > tables["full"]["compute_cycles"]
     shipped = linear.coefficients(zen4, "full").values["launches"]
     assert shipped == pytest.approx(linear.launch_cycles(zen4), rel=1e-5)
 

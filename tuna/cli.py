@@ -202,19 +202,18 @@ def _bench_rank(args: argparse.Namespace) -> int:
     scorers = dict(bench.baselines(args.seed))
     if not args.no_xgb:
         scorers["xgb-64"] = lambda pool, tr, te: integration.xgb_scores(pool, tr, te, seed=args.seed)
-    unseen: dict[str, dict] = {}
-    for tier in sorted(tiers, key=lambda t: t != "full"):  # the IR tier's fit holds a full coefficient
+    unseen = {
+        pool.name: linear.fit_tiers(mach, {t: _fit_rows(feats[t], pools, mach, pool.name) for t in tiers})
+        for pool in pools
+    } if len(pools) > 1 else {}
+    for tier in tiers:
         shipped = linear.coefficients(mach, tier)
         scorers[f"tuna-{tier}"] = bench.feature_scorer(
             feats[tier], secs[tier], lambda name, f, c=shipped: linear.seconds(f, c, mach)
         )
-        if len(pools) > 1:
-            held_out = unseen[tier] = {}
-            for pool in pools:
-                full = unseen["full"][pool.name].values if tier == "ir" and "full" in unseen else None
-                rows = _fit_rows(feats[tier], pools, mach, pool.name)
-                fitted = linear.fit(*rows, **linear.fit_options(mach, tier, full))
-                held_out[pool.name] = linear.Coefficients(mach.name, tier, MappingProxyType(fitted))
+        if unseen:
+            held_out = {name: linear.Coefficients(mach.name, tier, MappingProxyType(fits[tier]))
+                        for name, fits in unseen.items()}
             scorers[f"tuna-{tier}-unseen"] = bench.feature_scorer(
                 feats[tier], secs[tier], lambda name, f, h=held_out: linear.seconds(f, h[name], mach)
             )
@@ -505,12 +504,9 @@ def _calibrate(args: argparse.Namespace) -> int:
     mach = integration._machine(args.target, args.machine)
     tiers = _tiers(args.tiers)
     feats, _ = _pool_features(pools, mach, tiers)
-    tables: dict[str, dict] = {}
-    for tier in sorted(tiers, key=lambda t: t != "full"):  # the IR tier's fit holds a full coefficient
-        rows, lat, groups = _fit_rows(feats[tier], pools, mach)
-        tables[tier] = linear.fit(rows, lat, groups, **linear.fit_options(mach, tier, tables.get("full")))
-        print(f"[{tier}] " + ", ".join(f"{k} {v:.4g}" for k, v in tables[tier].items()))
-    tables = {t: tables[t] for t in tiers}
+    tables = linear.fit_tiers(mach, {t: _fit_rows(feats[t], pools, mach) for t in tiers})
+    for tier, table in tables.items():
+        print(f"[{tier}] " + ", ".join(f"{k} {v:.4g}" for k, v in table.items()))
     names = [f"{p.name} ({Path(p.source).name})" for p in pools]
     note = f"pools: {', '.join(names)}."
     why = {"launches": f"parallel_region_us = {mach.parallel_region_us} in the target file",

@@ -112,6 +112,18 @@ def fit_options(machine: Machine, tier: str, full: Mapping[str, float] | None = 
     return {"fixed": held(machine, tier, full), "favour_fast": FAVOUR_FAST if tier == "full" else 0.0}
 
 
+def fit_tiers(machine: Machine, data: Mapping[str, tuple]) -> dict[str, dict[str, float]]:
+    """Fit each tier's coefficients: ``data`` maps a tier to the ``(rows, lat, groups)`` of :func:`fit`.
+
+    The full tier is fitted first, so that the IR tier's fit can hold what :func:`held`
+    takes from it; the result keeps the order of ``data``.
+    """
+    fitted: dict[str, dict[str, float]] = {}
+    for tier in sorted(data, key=lambda t: t != "full"):
+        fitted[tier] = fit(*data[tier], **fit_options(machine, tier, fitted.get("full")))
+    return {tier: fitted[tier] for tier in data}
+
+
 @dataclass(frozen=True)
 class Coefficients:
     """Coefficients of one tier for one target, and where they came from."""
