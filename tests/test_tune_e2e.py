@@ -35,9 +35,12 @@ def test_tune_tir_with_tuna_for_aarch64_returns_a_schedule_that_builds_for_it(tm
               "num-cores": 4}
     tgt = integration.tvm_target(tuna.resolve(target))
     model, runner = tuna.TunaCostModel(target), tuna.StaticRunner(target)
+    # MetaSchedule's own builder, with tuna's quick import of the tensor intrinsics in its
+    # worker (the plain import took 21-45 s here, past the builder's 30 s time limit).
+    builder = ms.builder.LocalBuilder(max_workers=1, initializer=integration.load_tensor_intrinsics)
     database = ms.tune_tir(
         mod, tgt, str(tmp_path), max_trials_global=8, num_trials_per_iter=8,
-        cost_model=model, runner=runner, num_tuning_cores=1, seed=1,
+        builder=builder, cost_model=model, runner=runner, num_tuning_cores=1, seed=1,
     )
     sch = ms.tir_integration.compile_tir(database, mod, tgt)
     assert sch is not None

@@ -510,7 +510,8 @@ def _calibrate(args: argparse.Namespace) -> int:
     names = [f"{p.name} ({Path(p.source).name})" for p in pools]
     note = f"pools: {', '.join(names)}."
     why = {"launches": f"parallel_region_us = {mach.parallel_region_us} in the target file",
-           "call_block_ops": "the full tier's" + ("" if "full" in tables else ", as shipped")}
+           "call_block_ops": "the full tier's" + ("" if "full" in tables else ", as shipped"),
+           "l2_fill_cycles": "1: fills at the target file's L2 bandwidth; see linear.held"}
     kept = [f"{t}: {k} ({why.get(k, '')})" for t in tables for k in linear.held(mach, t, tables.get("full"))]
     if kept:
         note += "\n# Held, not fitted: " + "; ".join(kept) + "."

@@ -87,11 +87,23 @@ def held(machine: Machine, tier: str, full: Mapping[str, float] | None = None) -
     it no weight, and ES, which screens with the IR tier, then never proposed the schedules
     whose exp calls stay scalar (SFM:1, seeds 0-2: picks at 0.952, 0.833 and 0.854 of the
     pool's best against 1.022, 0.927 and 0.953 held; ad-hoc runs, timed together per variant).
+
+    The full tier's ``l2_fill_cycles`` counts at face value (1: the L2 fills at the
+    target file's L3-to-L2 bandwidth, not overlapped). The shipped pools hardly vary in L2
+    traffic and cannot pin it (their ranking metrics move by less than 0.01 for any value
+    from 0 to 1), so fitted freely it came out 0, and ES then picked for DEP:0 a schedule
+    whose padded input, 846 KiB a thread, no longer stays in L2 between being written and
+    read: predicted 7% faster than the pool's best, it ran 9-19% slower (three timings).
+    Ad-hoc variants of it with more, smaller parallel chunks ran 0.95-1.05x the pool's best;
+    with the term held at 1 they are predicted 0.93-1.01x, and the pick 1.14x.
     """
     if machine.kind != "cpu":
         return {}
-    if tier == "full" and machine.parallel_region_us is not None:
-        return {"launches": launch_cycles(machine)}
+    if tier == "full":
+        fixed = {"l2_fill_cycles": 1.0}
+        if machine.parallel_region_us is not None:
+            fixed["launches"] = launch_cycles(machine)
+        return fixed
     if tier == "ir":
         value = (full if full is not None else coefficients(machine, "full").values).get("call_block_ops", 0.0)
         return {"call_block_ops": float(value)}

@@ -75,7 +75,8 @@ def _allocated(kernel: KernelIR, scope: str, outside: tuple[str, ...]) -> int:
     """Bytes of the ``scope`` buffers one block (shared) or thread (local) holds.
 
     MetaSchedule's scheduled TIR allocates cache stages at their full tensor shape; lowering
-    compacts each to the region one block or thread uses. That region is bounded by every
+    compacts each to the region one block or thread uses (``kernel_from_module`` applies that
+    compaction already; a kernel built without it still gets this bound). That region is bounded by every
     access to the buffer over the loops inside the ``outside`` thread axes; the smallest such
     box is kept, since a subscript tuna cannot decompose (floor division of fused loops) is
     bounded by its whole dimension. The allocation's size caps it.
