@@ -76,10 +76,10 @@ def _allocated(kernel: KernelIR, scope: str, outside: tuple[str, ...]) -> int:
 
     MetaSchedule's scheduled TIR allocates cache stages at their full tensor shape; lowering
     compacts each to the region one block or thread uses (``kernel_from_module`` applies that
-    compaction already; a kernel built without it still gets this bound). That region is bounded by every
-    access to the buffer over the loops inside the ``outside`` thread axes; the smallest such
-    box is kept, since a subscript tuna cannot decompose (floor division of fused loops) is
-    bounded by its whole dimension. The allocation's size caps it.
+    compaction already; this bound covers kernels built without it). That region is bounded
+    by every access to the buffer over the loops inside the ``outside`` thread axes; the
+    smallest such box is kept, since a subscript tuna cannot decompose (floor division of
+    fused loops) is bounded by its whole dimension. The allocation's size caps it.
     """
     boxes: dict[str, int] = {}
     for stmt, loops in walk(kernel.body):

@@ -479,7 +479,10 @@ def _compact(func: tirx.PrimFunc) -> tirx.PrimFunc:
 
 
 def kernel_from_module(mod: tvm.IRModule) -> ir.KernelIR:
-    """The :class:`~tuna.ir.KernelIR` of the main PrimFunc of a scheduled IRModule."""
+    """The :class:`~tuna.ir.KernelIR` of the main PrimFunc of a scheduled IRModule.
+
+    Its buffers are placed and sized as TVM's lowering will leave them (see :func:`_compact`).
+    """
     name, func = _main_func(mod)
     return kernel_from_func(_compact(func), name)
 
