@@ -79,7 +79,9 @@ def held(machine: Machine, tier: str, full: Mapping[str, float] | None = None) -
     pool ranked whole by a fit on the other five: mean top-10 0.943 -> 0.958, Kendall tau
     0.704 -> 0.726). The IR tier's ``launches`` stays free: it also stands for what that
     tier cannot see of LLVM's parallel loops (held, its left-out top-10 fell from 0.863 to
-    0.781).
+    0.781, measured before kernels were read with their buffers compacted; since then,
+    held ranks the pools as well, top-5 0.859 against 0.835 and left-out top-10 0.847
+    against 0.848, but ES's picks on SFM:1 with it were inconclusive, so it stays free).
 
     The IR tier's ``call_block_ops`` is the full tier's coefficient (``full``: the full
     tier's coefficients fitted in the same run, else the shipped ones): the same quantity,

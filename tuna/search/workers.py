@@ -206,9 +206,13 @@ class ProcessPool:
 
     def _await_ready(self, w: _Worker) -> None:
         if not w.conn.poll(max(0.0, w.started + self.setup_timeout - time.monotonic())):
-            w.stop(kill=True)
-            raise TunaError(f"a search worker did not set up within {self.setup_timeout:g} s")
+            self._setup_overdue(w)
         self._take_ready(w)
+
+    def _setup_overdue(self, w: _Worker) -> None:
+        """Kill a worker that did not set up within ``setup_timeout`` and raise."""
+        w.stop(kill=True)
+        raise TunaError(f"a search worker did not set up within {self.setup_timeout:g} s")
 
     def _take_ready(self, w: _Worker) -> None:
         """Read a worker's report of its setup (it has sent it); raise if the setup failed."""
@@ -258,8 +262,7 @@ class ProcessPool:
                 feed(w)
             for w in starting.values():
                 if time.monotonic() - w.started > self.setup_timeout:
-                    w.stop(kill=True)
-                    raise TunaError(f"a search worker did not set up within {self.setup_timeout:g} s")
+                    self._setup_overdue(w)
             for w in list(busy.values()):
                 if w.conn in ready and w.conn.poll():
                     try:
