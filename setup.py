@@ -12,7 +12,7 @@ setup(
     packages=find_packages(include=["tuna", "tuna.*"]),
     package_data={
         "tuna.data": [
-            "targets/*.toml", "uarch/*.toml", "gpu/*.toml", "coeffs/*.toml", "pools/*.json", "pools/README.md"
+            "abi.toml", "targets/*.toml", "uarch/*.toml", "gpu/*.toml", "coeffs/*.toml", "pools/*.json", "pools/README.md"
         ]
     },
     install_requires=[

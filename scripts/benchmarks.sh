@@ -6,6 +6,7 @@
 #   WORKLOADS   workloads of `bench tune`              (default "GMM:1 C2D:1 C1D:0 DEP:0 NRM:0 SFM:1")
 #   TRIALS      trials of each tuner in `bench tune`   (default 64)
 #   SEARCHES    tuna's searches in `bench tune`        (default "evolutionary,es")
+#   MORE_SEEDS  more seeds of those searches           (default "1,2"; "" for one run each)
 #   MODELS      networks of `bench network`            (default resnet18,bert)
 #   NET_TRIALS  trials per task in `bench network`     (default 32)
 #   RANK_ARGS   arguments of `bench rank`              (default: all shipped pools, tiers ir,full)
@@ -14,8 +15,8 @@
 #   WORK        tuning databases and logs              (default a fresh folder under /tmp)
 #   NOTE        a caveat printed in bold at the top of BENCHMARKS.md (default none)
 # The full run with the defaults is long on 2 cores: about 5 min for rank, about 8 min per workload
-# for tune, and 1-2 min per tuning task and tuner for network (ResNet-18 has 22 tasks, BERT 11), so
-# roughly 2-3 hours in all; estimated from the smoke run below, taken on a loaded machine.
+# for tune (three seeds of each search), and 1-2 min per tuning task and tuner for network
+# (ResNet-18 has 22 tasks, BERT 11), so roughly 2-3 hours in all; estimated from the smoke run below, taken on a loaded machine.
 # A smoke run with tiny budgets (about 17 minutes on 2 cores shared with other jobs):
 #   WORKLOADS=NRM:0 TRIALS=8 MODELS=bert NET_TRIALS=1 \
 #     RANK_ARGS="tuna/data/pools/NRM-0.json tuna/data/pools/SFM-1.json --tiers ir" \
@@ -24,6 +25,7 @@ source "$(dirname "$0")/_env.sh"
 WORKLOADS=${WORKLOADS:-"GMM:1 C2D:1 C1D:0 DEP:0 NRM:0 SFM:1"}
 TRIALS=${TRIALS:-64}
 SEARCHES=${SEARCHES:-evolutionary,es}
+MORE_SEEDS=${MORE_SEEDS-1,2}
 MODELS=${MODELS:-resnet18,bert}
 NET_TRIALS=${NET_TRIALS:-32}
 RANK_ARGS=${RANK_ARGS:-}
@@ -43,7 +45,8 @@ if [[ " $SKIP " != *" rank "* ]]; then
 fi
 if [[ " $SKIP " != *" tune "* ]]; then
     # shellcheck disable=SC2086
-    $tuna bench tune $WORKLOADS --trials "$TRIALS" --search "$SEARCHES" --work-dir "$WORK/tune" --json "$OUT/tune.json"
+    $tuna bench tune $WORKLOADS --trials "$TRIALS" --search "$SEARCHES" ${MORE_SEEDS:+--more-seeds "$MORE_SEEDS"} \
+        --work-dir "$WORK/tune" --json "$OUT/tune.json"
     report+=(--tune "$OUT/tune.json")
 fi
 if [[ " $SKIP " != *" network "* ]]; then
@@ -51,7 +54,8 @@ if [[ " $SKIP " != *" network "* ]]; then
         --json "$OUT/network.json"
     report+=(--network "$OUT/network.json")
 fi
-budget="WORKLOADS=\"$WORKLOADS\" TRIALS=$TRIALS SEARCHES=$SEARCHES MODELS=$MODELS NET_TRIALS=$NET_TRIALS"
+budget="WORKLOADS=\"$WORKLOADS\" TRIALS=$TRIALS SEARCHES=$SEARCHES MORE_SEEDS=\"$MORE_SEEDS\" MODELS=$MODELS"
+budget+=" NET_TRIALS=$NET_TRIALS"
 [[ -n "$RANK_ARGS" ]] && budget+=" RANK_ARGS=\"$RANK_ARGS\""
 [[ -n "$SKIP" ]] && budget+=" SKIP=\"$SKIP\""
 $tuna bench report "${report[@]}" --figures "$OUT" --command-line "$budget bash scripts/benchmarks.sh" \

@@ -126,16 +126,18 @@ def test_collect_writes_a_pool_that_loads_and_ranks(tmp_path, capsys):
 @pytest.mark.slow
 def test_bench_tune_times_every_pick_and_the_pools_best_here(tmp_path, capsys):
     out = tmp_path / "tune.json"
-    argv = ["bench", "tune", "NRM:0", "--trials", "4", "--per-iter", "4", "--search", "es",
+    argv = ["bench", "tune", "NRM:0", "--trials", "4", "--per-iter", "4", "--search", "es", "--more-seeds", "1",
             "--work-dir", str(tmp_path / "work"), "--json", str(out)]
     assert cli.main(argv) == 0
     rows = json.loads(out.read_text())["rows"]
     methods = [r["method"] for r in rows]
-    assert methods == ["tuna-es", "metaschedule@tuna-es-time", "metaschedule", "pool-best"]
+    assert methods == ["tuna-es", "tuna-es@seed1", "metaschedule@tuna-es-time", "metaschedule", "pool-best"]
+    assert [r.get("seed") for r in rows[:2]] == [0, 1]
     best = rows[-1]
     assert best["trials"] == 192 and 0 < best["latency"] < 1.0 and best["ratio_to_reference"] == 1.0
     assert all(0 < r["ratio"] <= 1.0 for r in rows if r["latency"])
-    assert "re-timed here" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "re-timed here" in printed and "Ratio to pool best by seed:" in printed
     for r in rows:  # every pick's scheduled TIR is kept in the work directory
         if r["latency"]:
             assert Path(r["schedule"]).parent == tmp_path / "work" / "NRM-0" / "picks"

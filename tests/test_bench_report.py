@@ -42,6 +42,20 @@ def test_ratios_are_to_the_fastest_of_each_group_and_to_the_reference():
     assert [r["ratio_to_reference"] for r in rows] == [0.25, None, 0.5]
 
 
+def test_seed_summary_shows_each_seed_and_the_worst_pick():
+    rows = [{"workload": w, "method": "tuna-es" + (f"@seed{seed}" if seed else ""), "seed": seed, "latency": lat}
+            for w, seed, lat in (("GMM:1", 0, 1e-4), ("GMM:1", 1, 1.25e-4), ("SFM:1", 0, 2e-4), ("SFM:1", 1, 2e-4))]
+    rows.append({"workload": "GMM:1", "method": "metaschedule", "latency": 1e-4})
+    text = bench.seed_summary(bench.with_ratios(rows, "workload", {"GMM:1": 1e-4, "SFM:1": 2e-4}))
+    lines = text.splitlines()
+    assert lines[1].split() == ["search", "workload", "seed", "0", "seed", "1", "worst"]
+    assert lines[3].split() == ["tuna-es", "GMM:1", "1.000", "0.800", "0.800"]
+    assert lines[4].split() == ["tuna-es", "SFM:1", "1.000", "1.000", "1.000"]
+    assert lines[-1] == "tuna-es: 3 of 4 picks within 5% of the pool's best; worst 0.800 (GMM:1, seed 1)"
+    report = bench.benchmarks_markdown(None, {"rows": bench.with_ratios(rows, "workload"), "meta": META}, None)
+    assert "| GMM:1 | tuna-es@seed1 |" in report and "Ratio to pool best by seed:" in report
+
+
 def test_report_from_saved_json_writes_markdown_and_figures(tmp_path, capsys):
     paths = {}
     for key, data in (("rank", _rank()), ("tune", _tune()), ("network", _network())):
@@ -102,6 +116,7 @@ def test_report_with_only_some_sections_says_which_were_not_run(tmp_path):
         (["bench", "collect", "GMM:1", "-o", "{tmp}"], "is a directory"),
         (["bench", "tune", "GMM:99"], "configurations"),
         (["bench", "tune", "GMM:1", "--target", "cortex-a53"], "no measurements possible on this machine"),
+        (["bench", "tune", "NRM:0", "--more-seeds", "1,two"], "--more-seeds takes comma-separated integers"),
         (["bench", "network", "--models", "alexnet"], "unknown network 'alexnet'"),
         (["bench", "network", "--models", "bert", "--methods", "onnx"], "unknown method(s) onnx"),
         (["bench", "network", "--models", "bert", "--target", "graviton2"], "no measurements possible"),

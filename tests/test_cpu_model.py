@@ -6,8 +6,15 @@ import pytest
 
 from tuna import machine
 from tuna.cpu.cache import data_movement
-from tuna.cpu.ir_tier import codegen_loops, estimate, statement_counts, unrolled_loops
-from tuna.ir import Access, Index, KernelIR, Loop, LoopKind, Statement, walk
+from tuna.cpu.ir_tier import (
+    INSTRUCTION_KINDS,
+    codegen_loops,
+    estimate,
+    features,
+    statement_counts,
+    unrolled_loops,
+)
+from tuna.ir import Access, Allocation, Index, KernelIR, Loop, LoopKind, Statement, walk
 
 
 def _matmul(n, m, k, vec=16, kind=LoopKind.VECTORIZED, unroll=0):
@@ -122,6 +129,52 @@ def test_tvm_unrolling_counts_sibling_statements():
         assert unrolled_loops(loops) == {"j"}  # the statement's own loops alone cannot tell
         kind = codegen_loops(exp, loops, machine.preset("zen4"), tvm)[1].kind
         assert kind == (LoopKind.VECTORIZED if sibling else LoopKind.SERIAL)
+
+
+def _fused_row(elements_of_b: int | None) -> KernelIR:
+    """Per row i (parallel): B[i, j] = exp(A[i, j]) over 16 unrolled j, then C[i, j] = B[i, j] * D[j]
+    over 16 unrolled j, in one straight-line body; B allocated in the row (``elements_of_b``) or
+    at the root (None)."""
+    row = (Index((("i", 1),)), Index((("j", 1),)))
+    exp = Statement("B", (Access("A", False, row, (8, 16), 4), Access("B", True, row, (8, 16), 4)), (("math", 1),))
+    row2 = (Index((("i", 1),)), Index((("k", 1),)))
+    scale = Statement("C", (
+        Access("B", False, row2, (8, 16), 4), Access("D", False, (Index((("k", 1),)),), (16,), 4),
+        Access("C", True, row2, (8, 16), 4),
+    ), (("mul", 1),))
+    body = (Loop("j", 16, LoopKind.UNROLLED, (exp,)), Loop("k", 16, LoopKind.UNROLLED, (scale,)))
+    allocs = (Allocation("B", "global", elements_of_b, 4, "i"),) if elements_of_b else ()
+    return KernelIR("fused", (Loop("i", 8, LoopKind.PARALLEL, body),), allocations=allocs, params=("A", "D", "C"))
+
+
+@pytest.mark.parametrize(
+    ("preset", "elements_of_b", "reloads"),
+    [
+        # A, B, C, D, the row counter and offset, the parallel loop's bound: 7 live, 6 preserved.
+        ("zen4", None, 1),
+        ("zen4", 255, 0),  # B on the stack (under 1 KiB), addressed from the stack pointer
+        # B from the runtime's workspace: its address, and the function table and device id
+        # for freeing it, 9 live; the excess is reloaded after each call.
+        ("zen4", 256, 3),
+        ("graviton2", 256, 0),  # AArch64 preserves 10
+    ],
+)
+def test_values_live_across_library_calls_beyond_the_preserved_registers_are_reloaded(
+    preset, elements_of_b, reloads
+):
+    mach = machine.preset(preset)
+    kernel = _fused_row(elements_of_b)
+    feats = features(kernel, mach)
+    (exp, exp_loops), (scale, scale_loops) = walk(kernel.body)
+    calls = statement_counts(exp, exp_loops, mach)
+    sibling = statement_counts(scale, scale_loops, mach)
+    assert calls["math"] == 8 * 16 and calls["call_block_ops"] == 2 * 8 * 16  # load, store
+    # Per thread (a core's share of the 8 rows): the statement making the calls, the one
+    # unrolled into the same straight-line run, and the reloads after every call.
+    run = calls["call_block_ops"] + sum(sibling[k] for k in INSTRUCTION_KINDS) + reloads * calls["math"]
+    share = 1 / min(8, mach.cores)
+    assert feats["calls"] == calls["math"] * share
+    assert feats["call_block_ops"] == pytest.approx(run * share)
 
 
 def test_reduction_chains_overlap_when_independent_work_sits_inside():

@@ -648,6 +648,42 @@ def tune_table(rows: list[Mapping[str, Any]], markdown: bool = False) -> str:
     return _markdown(header, body) if markdown else _fixed(header, body)
 
 
+def _seeds(rows: Iterable[Mapping[str, Any]]) -> int:
+    return len({r["seed"] for r in rows if r.get("seed") is not None})
+
+
+def seed_summary(rows: list[Mapping[str, Any]], within: float = 0.952) -> str:
+    """How tuna's picks vary with the seed, from ``tuna bench tune`` rows with several seeds.
+
+    One line per search and workload with each seed's ratio to the pool's best, then per
+    search how many picks came ``within`` of it (0.952: within 5%) and the worst.
+    """
+    table: dict[str, dict[str, dict[int, float | None]]] = {}
+    for r in rows:
+        if r.get("seed") is None or not str(r["method"]).startswith("tuna-"):
+            continue
+        search = str(r["method"]).split("@", 1)[0]
+        table.setdefault(search, {}).setdefault(r["workload"], {})[r["seed"]] = r.get("ratio_to_reference")
+    seeds = sorted({seed for by_workload in table.values() for ratios in by_workload.values() for seed in ratios})
+    header = ["search", "workload", *(f"seed {s}" for s in seeds), "worst"]
+    body, totals = [], []
+    for search, by_workload in table.items():
+        found = []
+        for workload, ratios in by_workload.items():
+            values = [ratios[s] for s in seeds if ratios.get(s) is not None]
+            found += [(v, workload, s) for s, v in ratios.items() if v is not None]
+            body.append([search, workload, *(_fmt_ratio(ratios.get(s)) for s in seeds),
+                         _fmt_ratio(min(values) if values else None)])
+        if found:
+            worst = min(found)
+            totals.append(f"{search}: {sum(v >= within for v, _, _ in found)} of {len(found)} picks within "
+                          f"{(1 - within) * 100:.0f}% of the pool's best; worst {worst[0]:.3f} "
+                          f"({worst[1]}, seed {worst[2]})")
+    if not body:
+        return "no picks with a ratio to a pool's best"
+    return "\n".join(["Ratio to pool best by seed:", _fixed(header, body), *totals])
+
+
 def network_table(rows: list[Mapping[str, Any]], markdown: bool = False) -> str:
     """The ``tuna bench network`` rows (after :func:`with_ratios`) as a table."""
     body = _cells(rows, _NETWORK_COLUMNS)
@@ -747,6 +783,7 @@ def benchmarks_markdown(
         "passed; `metaschedule`: its full budget. " + TUNE_CAPTION,
         "",
         tune_table(d["rows"], markdown=True),
+        *(["", "```text", seed_summary(d["rows"]), "```"] if _seeds(d["rows"]) > 1 else []),
     ])
     section("Whole networks (`tuna bench network`)", network, "network", lambda d: [
         "Batch 1, random weights, built with TVM Relax from `tuna/integration/networks.py`. `untuned`: "

@@ -380,6 +380,11 @@ def _bench_tune(args: argparse.Namespace) -> int:
     unknown = set(searches) - {"evolutionary", "es"}
     if unknown or not searches:
         raise TunaError(f"unknown search {', '.join(sorted(unknown)) or '(none)'}; searches: evolutionary, es")
+    try:
+        more_seeds = tuple(dict.fromkeys(int(s) for s in args.more_seeds.split(",") if s.strip()))
+    except ValueError:
+        raise TunaError(f"--more-seeds takes comma-separated integers, not {args.more_seeds!r}") from None
+    more_seeds = tuple(s for s in more_seeds if s != args.seed)
     start = time.perf_counter()
     rows, pool_best = [], {}
     for w in args.workloads:
@@ -387,7 +392,7 @@ def _bench_tune(args: argparse.Namespace) -> int:
         work = Path(args.work_dir) / Path(w.replace(":", "-")).name
         for row in measure.compare_tuning(w, mach, work, args.trials,
                                           searches=searches, num_trials_per_iter=args.per_iter, seed=args.seed,
-                                          progress=_stderr, reference=_shipped_pool(w)):
+                                          more_seeds=more_seeds, progress=_stderr, reference=_shipped_pool(w)):
             if row.get("schedule") is not None:  # each pick's scheduled TIR, to study it later
                 path = work / "picks" / f"{row['method']}.py"
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -400,8 +405,10 @@ def _bench_tune(args: argparse.Namespace) -> int:
     rows = bench.with_ratios(rows, "workload", pool_best)
     print(bench.tune_table(rows))
     print(bench.TUNE_CAPTION)
+    if more_seeds:
+        print(bench.seed_summary(rows))
     data = {"rows": rows, "meta": _meta(args, mach, time.perf_counter() - start, trials=args.trials,
-                                         search=args.search)}
+                                         search=args.search, seeds=[args.seed, *more_seeds])}
     if args.json:
         _write(args.json, json.dumps(data, indent=2))
     return 0
@@ -597,6 +604,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--search", default="es",
                    help="tuna's searches, comma-separated: es, evolutionary (default es)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--more-seeds", default="",
+                   help="comma-separated seeds to run tuna's searches with as well (e.g. 1,2): "
+                        "how much the pick depends on the seed")
     p.add_argument("--work-dir", default="tuna-bench-tune",
                    help="where the tuning databases and the picks' scheduled TIR (picks/) go")
     p.add_argument("--json", help="also write the rows as JSON here")

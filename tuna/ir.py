@@ -149,12 +149,28 @@ Node = Loop | Statement
 
 @dataclass(frozen=True)
 class Allocation:
-    """A buffer allocated inside the kernel (cache stages, shared memory)."""
+    """A buffer allocated inside the kernel (cache stages, shared memory).
+
+    Attributes
+    ----------
+    name : str
+        Buffer name.
+    scope : str
+        Storage scope.
+    elements : int
+        Elements allocated (per execution of the enclosing loop's body).
+    dtype_bytes : int
+        Bytes per element.
+    loop : str or None
+        Variable of the innermost loop the allocation sits in (None at the function's
+        root): TVM's lowering places each buffer in the innermost loop holding all its uses.
+    """
 
     name: str
     scope: str
     elements: int
     dtype_bytes: int
+    loop: str | None = None
 
 
 @dataclass(frozen=True)

@@ -81,6 +81,10 @@ class Machine:
     parallel_region_us : float or None
         Measured cost of one parallel region in TVM's thread pool (CPU), microseconds;
         ``tuna bench launch`` measures it. None where nobody measured it.
+    callee_saved_gprs : int
+        General-purpose registers the ISA's C calling convention preserves across calls
+        (CPU; from ``tuna/data/abi.toml``): values live across a library call beyond these
+        are reloaded from the stack after it.
     """
 
     name: str
@@ -99,6 +103,7 @@ class Machine:
     caches: tuple[CacheLevel, ...] = ()
     memory_gbps: float = 1.0
     parallel_region_us: float | None = None
+    callee_saved_gprs: int = 0
     gpu: GPUSpec | None = None
     aliases: tuple[str, ...] = ()
     source: str = ""
@@ -114,6 +119,12 @@ class Machine:
 
 def _freeze_target(target: Mapping[str, Any]) -> Mapping[str, Any]:
     return MappingProxyType({k: tuple(v) if isinstance(v, list) else v for k, v in target.items()})
+
+
+@cache
+def _abi() -> Mapping[str, Mapping[str, Any]]:
+    """Calling-convention facts by instruction set (``tuna/data/abi.toml``)."""
+    return MappingProxyType(tomllib.loads(resources.files("tuna.data").joinpath("abi.toml").read_text()))
 
 
 def _parse(name: str, data: dict[str, Any]) -> Machine:
@@ -168,6 +179,7 @@ def _parse(name: str, data: dict[str, Any]) -> Machine:
             caches=caches,
             memory_gbps=float(data["memory"]["bandwidth_gbps"]),
             parallel_region_us=float(data["parallel_region_us"]) if "parallel_region_us" in data else None,
+            callee_saved_gprs=int(_abi().get(data["isa"], {}).get("callee_saved_gprs", 0)),
             gpu=gpu,
             aliases=tuple(data.get("aliases", ())),
             source=name,

@@ -26,7 +26,7 @@ from types import MappingProxyType
 from .. import linear
 from ..errors import TunaError
 from ..estimate import Estimate
-from ..ir import Access, KernelIR, Loop, LoopKind, Statement, walk
+from ..ir import Access, Allocation, KernelIR, Loop, LoopKind, Statement, walk
 from ..machine import Machine
 from .cache import data_movement
 from .joint import tvm_unrolled
@@ -46,6 +46,16 @@ MIN_AUTO_LANES = 4
 #: instructions beside its 64 calls, of which the row's vector load, subtract and store
 #: make 0.2 a call).
 LANE_CALL_INSTRUCTIONS = 5
+#: Bytes from which TVM's lowering allocates a buffer placed inside a kernel from the runtime's
+#: workspace (TVMBackendAllocWorkspace) instead of the stack: ``runtime::kMaxStackAlloca`` in
+#: include/tvm/runtime/device_api.h, compared in src/tirx/transform/lower_tvm_builtin.cc.
+MAX_STACK_ALLOCA = 1024
+#: General-purpose values a workspace allocation keeps live until its free call at the end of
+#: the loop body: the runtime's function table and the device id (LLVM's code for the SFM-1
+#: picks of ES on Zen 4 holds them in r14 and ebx).
+WORKSPACE_VALUES = 2
+#: Classes of the loop tree's operations that become one instruction each per execution.
+INSTRUCTION_KINDS = ("fma", "add", "mul", "div", "special", "cast", "cmp", "load", "store")
 
 
 def unrolled_loops(loops: tuple[Loop, ...], tvm: frozenset[str] | None = None) -> set[str]:
@@ -107,18 +117,8 @@ def codegen_loops(
     if machine.in_order or not loops:
         return loops
     unrolled = unrolled_loops(loops, tvm)
-    out, region = list(loops), []
-    size = len(stmt.accesses) + stmt.op_count()
-    for pos in range(len(loops) - 1, -1, -1):
-        lp = loops[pos]
-        if lp.kind != LoopKind.SERIAL and lp.var not in unrolled:
-            break
-        region.append(pos)
-        if lp.var not in unrolled:
-            if size * lp.extent > FULL_UNROLL_SIZE:
-                break  # the innermost loop LLVM keeps rolled
-            out[pos] = dataclasses.replace(lp, kind=LoopKind.UNROLLED)
-        size *= lp.extent
+    region, full = _llvm_unrolling(stmt, loops, unrolled)
+    out = [dataclasses.replace(lp, kind=LoopKind.UNROLLED) if pos in full else lp for pos, lp in enumerate(loops)]
     if any(lp.kind == LoopKind.VECTORIZED for lp in loops) or stmt.op_count("cmp"):
         return tuple(out)  # vectorized by TVM already, or conditional loads (inlined padding)
     writes = [a for a in stmt.accesses if a.write]
@@ -135,6 +135,24 @@ def codegen_loops(
             out[pos] = dataclasses.replace(lp, kind=LoopKind.VECTORIZED)
             break
     return tuple(out)
+
+
+def _llvm_unrolling(stmt: Statement, loops: tuple[Loop, ...], unrolled: set[str]) -> tuple[list[int], set[int]]:
+    """Positions of the innermost loops left to LLVM's loop passes, innermost first, and of
+    those among them it unrolls completely (TVM's ``unrolled`` count as unrolled already)."""
+    region, full = [], set()
+    size = len(stmt.accesses) + stmt.op_count()
+    for pos in range(len(loops) - 1, -1, -1):
+        lp = loops[pos]
+        if lp.kind != LoopKind.SERIAL and lp.var not in unrolled:
+            break
+        region.append(pos)
+        if lp.var not in unrolled:
+            if size * lp.extent > FULL_UNROLL_SIZE:
+                break  # the innermost loop LLVM keeps rolled
+            full.add(pos)
+        size *= lp.extent
+    return region, full
 
 
 def _vector_loop(loops: tuple[Loop, ...]) -> Loop | None:
@@ -226,9 +244,75 @@ def statement_counts(
         if lp.var not in unrolled and lp.kind != LoopKind.VECTORIZED:
             counts["loop_iterations"] += math.prod(x.extent for x in loops[: pos + 1])
     if counts["math"]:  # the code around the library calls (see linear's call_block_ops)
-        own = sum(counts[k] for k in ("fma", "add", "mul", "div", "special", "cast", "load", "store"))
+        own = sum(counts[k] for k in INSTRUCTION_KINDS)
         counts["call_block_ops"] = own + (LANE_CALL_INSTRUCTIONS * counts["math"] if vl > 1 else 0)
+        counts["scalar_calls"] = counts["math"] if vl == 1 else 0
     return counts
+
+
+def straight_line(stmt: Statement, loops: tuple[Loop, ...], machine: Machine, tvm: frozenset[str]) -> tuple[Loop, ...]:
+    """The loops of ``stmt`` down to the innermost one that stays a loop in the machine code.
+
+    Statements with the same such loops (or none) share one straight-line run of code in
+    its body: everything below it is unrolled or vectorized.
+    """
+    code = codegen_loops(stmt, loops, machine, tvm)
+    unrolled = unrolled_loops(loops, tvm)
+    _, full = _llvm_unrolling(stmt, loops, unrolled) if not machine.in_order else ([], set())
+    depth = max(
+        (
+            pos + 1
+            for pos, lp in enumerate(loops)
+            # (a loop LLVM's loop vectorizer takes stays a loop, of vectors)
+            if lp.var not in unrolled and lp.kind != LoopKind.VECTORIZED and pos not in full
+        ),
+        default=0,
+    )
+    return code[:depth]
+
+
+def reloads_per_call(
+    node: Loop | Statement, rolled: tuple[Loop, ...], run: list[Statement], machine: Machine,
+    allocations: dict[str, Allocation],
+) -> int:
+    """Values reloaded from the stack after each library call of one straight-line run.
+
+    A value live across a call stays in a register only if the calling convention preserves
+    it (:attr:`~tuna.machine.Machine.callee_saved_gprs`). ``rolled`` are the loops that stay
+    loops around the run in the nest ``node`` (an outlined parallel body); ``run`` its
+    statements from the first that makes calls on. Live across the calls are the addresses
+    of the buffers those statements access, save buffers allocated in the nest on the stack
+    (addressed from the stack pointer), and a counter and a scaled offset of the innermost
+    rolled loop; when the run is the whole body of the nest's outer loop, also the
+    parallel loop's bound, which only the runtime knows, the counters and offsets of any
+    other rolled loops, and the runtime's values for freeing workspace buffers allocated in
+    the nest. (Values used only before the first call, or outside an inner rolled loop, LLVM
+    spills once around them.) The excess over the preserved registers is reloaded after
+    every call, at most once for each value the run uses: the SFM-1 picks of ES on Zen 4 keep
+    8 live over their 512 unrolled expf calls and reload 2 after each.
+    """
+    if not machine.callee_saved_gprs:
+        return 0
+    inner = len(rolled) > 1
+    inside = {lp.var for lp in _loops_of(node)}
+    addresses, workspace = 0, 0
+    for alloc in allocations.values():
+        if alloc.loop in inside and alloc.elements * alloc.dtype_bytes >= MAX_STACK_ALLOCA and not inner:
+            workspace = WORKSPACE_VALUES
+    for buf in {a.buffer for stmt in run for a in stmt.accesses}:
+        alloc = allocations.get(buf)
+        on_stack = alloc is not None and alloc.loop in inside and alloc.elements * alloc.dtype_bytes < MAX_STACK_ALLOCA
+        addresses += not on_stack  # parameters and outer buffers come from the parallel body's closure
+    loops = 2 if inner else 2 * len(rolled) + any(lp.kind == LoopKind.PARALLEL for lp in rolled)
+    live = addresses + workspace + loops
+    return min(max(0, live - machine.callee_saved_gprs), addresses + 2 * len(rolled))
+
+
+def _loops_of(node: Loop | Statement):
+    if isinstance(node, Loop):
+        yield node
+        for child in node.body:
+            yield from _loops_of(child)
 
 
 def fill_terms(node: Loop | Statement, machine: Machine, threads: int, feats: Counter) -> None:
@@ -260,11 +344,52 @@ def parallel_width(node: Loop | Statement) -> int:
     return 1
 
 
-def _nest_terms(node: Loop | Statement, machine: Machine, feats: Counter, tvm: frozenset[str]) -> None:
+def _call_block_ops(
+    node: Loop | Statement, stmts: list[tuple[Statement, tuple[Loop, ...], Counter]], machine: Machine,
+    tvm: frozenset[str], allocations: dict[str, Allocation],
+) -> float:
+    """Instructions of the straight-line runs of one nest that call library functions.
+
+    Each statement making calls contributes its own (with lane moves around vector calls,
+    :func:`statement_counts`), the statements unrolled into the same run theirs, and every
+    call the reloads of values it clobbers (:func:`reloads_per_call`), as the full tier
+    counts the instructions of the basic blocks with calls.
+    """
+    runs: dict[tuple[str, ...], list] = {}
+    for stmt, loops, counts in stmts:
+        rolled = straight_line(stmt, loops, machine, tvm)
+        runs.setdefault(tuple(lp.var for lp in rolled), [rolled, []])[1].append((stmt, counts))
+    total = 0.0
+    for rolled, members in runs.values():
+        callers = [stmt for stmt, counts in members if counts["math"]]
+        if not callers:
+            continue
+        if not all(counts["scalar_calls"] for stmt, counts in members if counts["math"]):
+            # Calls of vector lanes make their own blocks (lane moves, spills, the call).
+            total += sum(counts["call_block_ops"] for _, counts in members)
+            continue
+        rolled = tuple(lp for lp in rolled if lp.kind in (LoopKind.SERIAL, LoopKind.PARALLEL))
+        first = next(pos for pos, (_, counts) in enumerate(members) if counts["math"])
+        reloads = reloads_per_call(node, rolled, [stmt for stmt, _ in members[first:]], machine, allocations)
+        for _, counts in members:
+            if counts["math"]:  # (around the calls of one vector, the vectors are spilled instead)
+                total += counts["call_block_ops"] + reloads * counts["scalar_calls"]
+            else:
+                total += sum(counts[k] for k in INSTRUCTION_KINDS)
+    return total
+
+
+def _nest_terms(
+    node: Loop | Statement, machine: Machine, feats: Counter, tvm: frozenset[str],
+    allocations: dict[str, Allocation],
+) -> None:
     """Add one top-level nest's terms of the linear model (and diagnostics) to ``feats``."""
     counts: Counter = Counter()
-    for stmt, loops in walk((node,)):
-        counts.update(statement_counts(stmt, loops, machine, tvm))
+    stmts = [(stmt, loops, statement_counts(stmt, loops, machine, tvm)) for stmt, loops in walk((node,))]
+    for _, _, own in stmts:
+        counts.update(own)
+    if counts["math"]:
+        counts["call_block_ops"] = _call_block_ops(node, stmts, machine, tvm, allocations)
     tp = machine.throughput
     fp = max(
         (counts["fma"] + counts["mul"]) / tp["fma"],
@@ -307,8 +432,9 @@ def features(kernel: KernelIR, machine: Machine) -> Counter:
     """The IR tier's terms of the linear model (and diagnostics) for ``kernel``."""
     feats: Counter = Counter()
     tvm = frozenset(tvm_unrolled(kernel))
+    allocations = {a.name: a for a in kernel.allocations}
     for node in kernel.body:
-        _nest_terms(node, machine, feats, tvm)
+        _nest_terms(node, machine, feats, tvm, allocations)
     feats["const"] = 1.0
     return feats
 

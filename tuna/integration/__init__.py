@@ -329,6 +329,7 @@ class _Extractor:
         self.allocations: list[ir.Allocation] = []
         self.names: dict[Any, str] = {}
         self.extents: dict[str, int] = {}
+        self.loops: list[str] = []  # variables of the loops being visited, outermost first
 
     def _name(self, var) -> str:
         if var not in self.names:
@@ -390,9 +391,13 @@ class _Extractor:
             if thread is None and kind == ir.LoopKind.THREAD:
                 kind = ir.LoopKind.SERIAL
             step = stmt.annotations.get("pragma_auto_unroll_max_step", 0) if stmt.annotations else 0
+            vanishes = int(stmt.extent.value) == 1 and kind != ir.LoopKind.THREAD  # as in codegen
+            if not vanishes:
+                self.loops.append(name)
             body = tuple(self.visit(stmt.body, inner, block_name))
-            if int(stmt.extent.value) == 1 and kind != ir.LoopKind.THREAD:
-                return list(body)  # unit loops vanish in codegen
+            if vanishes:
+                return list(body)
+            self.loops.pop()
             return [ir.Loop(name, int(stmt.extent.value), kind, body, thread, int(step))]
         if isinstance(stmt, tirx.SeqStmt):
             return [n for s in stmt.seq for n in self.visit(s, env, block_name)]
@@ -403,7 +408,10 @@ class _Extractor:
                 inner[iv.var] = _affine(value, env, self.extents)
             for buf in block.alloc_buffers:
                 elems = math.prod(int(s) for s in buf.shape if isinstance(s, tvm.tirx.IntImm))
-                self.allocations.append(ir.Allocation(str(buf.name), str(buf.scope()), elems, _dtype_bytes(buf.dtype)))
+                self.allocations.append(ir.Allocation(
+                    str(buf.name), str(buf.scope()), elems, _dtype_bytes(buf.dtype),
+                    self.loops[-1] if self.loops else None,
+                ))
             out = []
             if block.init is not None:
                 out.extend(self.visit(block.init, inner, str(block.name_hint) + "_init"))

@@ -480,13 +480,16 @@ def compare_tuning(
     searches: tuple[str, ...] = ("evolutionary",),
     num_trials_per_iter: int = 32,
     seed: int = 0,
+    more_seeds: tuple[int, ...] = (),
     progress: Progress = None,
     reference: Any = None,
 ) -> list[dict[str, Any]]:
     """Tune ``workload`` offline with tuna (once per search) and with measurement; time each pick here.
 
     Rows (one per method): ``tuna-<search>`` (tuna's cost model and static runner, ``trials``
-    candidates, that search strategy), ``metaschedule@tuna-<search>-time`` (the best candidate
+    candidates, that search strategy), ``tuna-<search>@seed<N>`` (the same with each of
+    ``more_seeds``, to see how much the pick depends on the seed),
+    ``metaschedule@tuna-<search>-time`` (the best candidate
     MetaSchedule had measured when that tuna run's wall time had passed; None when it had
     measured none yet), and ``metaschedule`` (``trials`` measured candidates). Each row:
     ``method``, ``tune_seconds``, ``trials``, ``latency`` (the pick re-timed here, seconds),
@@ -508,17 +511,21 @@ def compare_tuning(
     root = Path(work_dir)
     rows, budgets, picks = [], [], []
     for search in searches:
-        _say(progress, f"{workload}: tuna offline, {trials} candidates ({search} search)")
-        result = tune(mod, mach, root / f"tuna-{search}", max_trials=trials, num_trials_per_iter=num_trials_per_iter,
-                      seed=seed, progress=progress, search=search)
-        rows.append({
-            "method": f"tuna-{search}",
-            "tune_seconds": result.tune_seconds,
-            "trials": result.trials,
-            "predicted": result.predicted_seconds,
-        })
-        picks.append(result.schedule.mod)
-        budgets.append((f"metaschedule@tuna-{search}-time", result.tune_seconds))
+        for run_seed in (seed, *more_seeds):
+            method = f"tuna-{search}" + (f"@seed{run_seed}" if run_seed != seed else "")
+            _say(progress, f"{workload}: tuna offline, {trials} candidates ({search} search, seed {run_seed})")
+            result = tune(mod, mach, root / method, max_trials=trials, num_trials_per_iter=num_trials_per_iter,
+                          seed=run_seed, progress=progress, search=search)
+            rows.append({
+                "method": method,
+                "seed": run_seed,
+                "tune_seconds": result.tune_seconds,
+                "trials": result.trials,
+                "predicted": result.predicted_seconds,
+            })
+            picks.append(result.schedule.mod)
+            if run_seed == seed:
+                budgets.append((f"metaschedule@tuna-{search}-time", result.tune_seconds))
     _say(progress, f"{workload}: MetaSchedule with measurement, {trials} trials")
     run = tune_measured(mod, mach, root / "metaschedule", trials, num_trials_per_iter=num_trials_per_iter, seed=seed,
                         progress=progress)
