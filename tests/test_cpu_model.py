@@ -177,6 +177,25 @@ def test_values_live_across_library_calls_beyond_the_preserved_registers_are_rel
     assert feats["call_block_ops"] == pytest.approx(run * share)
 
 
+def test_loads_of_a_buffer_rewritten_in_a_loop_are_not_hoisted_out_of_it():
+    """T[j] = A[i, j] then B[i, k] = 2 T[k], T allocated in i (TVM's compaction leaves its subscript
+    free of i): the second statement reloads T every row, as it holds a new row each time."""
+    row = (Index((("i", 1),)), Index((("j", 1),)))
+    copy = Statement("T", (Access("A", False, row, (8, 16), 4), Access("T", True, (Index((("j", 1),)),), (16,), 4)), ())
+    out = (Index((("i", 1),)), Index((("k", 1),)))
+    scale = Statement(
+        "B", (Access("T", False, (Index((("k", 1),)),), (16,), 4), Access("B", True, out, (8, 16), 4)), (("mul", 1),)
+    )
+    body = (Loop("j", 16, LoopKind.VECTORIZED, (copy,)), Loop("k", 16, LoopKind.VECTORIZED, (scale,)))
+    rows = Loop("i", 8, LoopKind.SERIAL, body)
+    kernel = KernelIR("rows", (rows,), allocations=(Allocation("T", "global", 16, 4, "i"),))
+    zen4 = machine.preset("zen4")
+    (_, _), (stmt, loops) = walk(kernel.body)
+    assert statement_counts(stmt, loops, zen4)["load"] == 1  # an invariant vector, loaded once
+    assert statement_counts(stmt, loops, zen4, homes={"T": "i"})["load"] == 8
+    assert features(kernel, zen4)["load"] == 8 + 8  # A's rows and T's, each one vector a row
+
+
 def test_reduction_chains_overlap_when_independent_work_sits_inside():
     zen4 = machine.preset("zen4")
     # kk innermost (long, rolled): every FMA waits for the previous one, 4 cycles each.

@@ -12,7 +12,9 @@ top-level loop nest's core cycles are those
 of its busiest resource (FP pipes, load/store ports, front end, FMA chains), divided over
 the cores its outermost parallel loop can occupy; cache fills (integer-set data movement),
 DRAM traffic, calls of the C math library (one per lane of every exp, log, ...) and the
-instructions around them are separate terms of the linear model in :mod:`tuna.linear`.
+instructions around them are separate terms of the linear model in :mod:`tuna.linear`; the
+latter counts what shares the calls' straight-line code, and the values that outlive the
+registers the calling convention preserves, reloaded after every call.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import Counter
+from collections.abc import Mapping
 from functools import cache
 from types import MappingProxyType
 
@@ -175,9 +178,15 @@ def _vector_cost(access: Access, vec: Loop | None, hw_lanes: int) -> int:
 
 
 def statement_counts(
-    stmt: Statement, loops: tuple[Loop, ...], machine: Machine, tvm: frozenset[str] | None = None
+    stmt: Statement, loops: tuple[Loop, ...], machine: Machine, tvm: frozenset[str] | None = None,
+    homes: Mapping[str, str | None] | None = None,
 ) -> Counter:
-    """Dynamic instruction counts of one statement, by class (``tvm``: see :func:`unrolled_loops`)."""
+    """Dynamic instruction counts of one statement, by class (``tvm``: see :func:`unrolled_loops`).
+
+    ``homes`` maps buffers allocated in the kernel to the loop they are allocated in
+    (:attr:`~tuna.ir.Allocation.loop`): an access to such a buffer is not hoisted out of
+    that loop even where its subscript is invariant, since every iteration rewrites the buffer.
+    """
     counts: Counter = Counter()
     loops = codegen_loops(stmt, loops, machine, tvm)
     execs = math.prod(lp.extent for lp in loops)
@@ -216,10 +225,14 @@ def statement_counts(
     if not fits:
         counts["spill"] += (registers - machine.vector_registers) * math.prod(lp.extent for lp in outside)
 
-    for (_, idx, write), n in distinct.items():
+    for (buf, idx, write), n in distinct.items():
         hoisting = fits
-        for lp in reversed(outside):
-            if hoisting and not any(ix.depends_on(lp.var) for ix in idx):
+        home = (homes or {}).get(buf)
+        # (no hoisting out of the loop the buffer is allocated in, nor out of those around it)
+        inner_to = next((pos + 1 for pos, lp in enumerate(loops) if lp.var == home), 0)
+        for pos in range(len(outside) - 1, -1, -1):
+            lp = outside[pos]
+            if hoisting and pos >= inner_to and not any(ix.depends_on(lp.var) for ix in idx):
                 continue
             hoisting = False
             n *= lp.extent
@@ -273,7 +286,7 @@ def straight_line(stmt: Statement, loops: tuple[Loop, ...], machine: Machine, tv
 
 def reloads_per_call(
     node: Loop | Statement, rolled: tuple[Loop, ...], run: list[Statement], machine: Machine,
-    allocations: dict[str, Allocation],
+    allocations: Mapping[str, Allocation],
 ) -> int:
     """Values reloaded from the stack after each library call of one straight-line run.
 
@@ -346,7 +359,7 @@ def parallel_width(node: Loop | Statement) -> int:
 
 def _call_block_ops(
     node: Loop | Statement, stmts: list[tuple[Statement, tuple[Loop, ...], Counter]], machine: Machine,
-    tvm: frozenset[str], allocations: dict[str, Allocation],
+    tvm: frozenset[str], allocations: Mapping[str, Allocation],
 ) -> float:
     """Instructions of the straight-line runs of one nest that call library functions.
 
@@ -361,10 +374,9 @@ def _call_block_ops(
         runs.setdefault(tuple(lp.var for lp in rolled), [rolled, []])[1].append((stmt, counts))
     total = 0.0
     for rolled, members in runs.values():
-        callers = [stmt for stmt, counts in members if counts["math"]]
-        if not callers:
+        if not any(counts["math"] for _, counts in members):
             continue
-        if not all(counts["scalar_calls"] for stmt, counts in members if counts["math"]):
+        if not all(counts["scalar_calls"] for _, counts in members if counts["math"]):
             # Calls of vector lanes make their own blocks (lane moves, spills, the call).
             total += sum(counts["call_block_ops"] for _, counts in members)
             continue
@@ -381,11 +393,12 @@ def _call_block_ops(
 
 def _nest_terms(
     node: Loop | Statement, machine: Machine, feats: Counter, tvm: frozenset[str],
-    allocations: dict[str, Allocation],
+    allocations: Mapping[str, Allocation],
 ) -> None:
     """Add one top-level nest's terms of the linear model (and diagnostics) to ``feats``."""
     counts: Counter = Counter()
-    stmts = [(stmt, loops, statement_counts(stmt, loops, machine, tvm)) for stmt, loops in walk((node,))]
+    homes = {name: alloc.loop for name, alloc in allocations.items()}
+    stmts = [(stmt, loops, statement_counts(stmt, loops, machine, tvm, homes)) for stmt, loops in walk((node,))]
     for _, _, own in stmts:
         counts.update(own)
     if counts["math"]:
