@@ -21,6 +21,8 @@ def test_every_preset_names_its_sources_and_is_complete(name):
     if m.kind == "cpu":
         assert m.vector_bits in (128, 256, 512) and m.caches and m.throughput["fma"] > 0
         assert m.target["num-cores"] == m.cores
+        # the C calling convention's preserved registers (tuna/data/abi.toml, with its sources)
+        assert m.callee_saved_gprs == {"x86-64": 6, "aarch64": 10}[m.isa]
     else:
         assert m.gpu.sms > 0 and m.gpu.shared_banks == 32 and m.latency["ld_global"] > m.latency["ld_shared"]
 

@@ -143,7 +143,9 @@ def latency_figure(rows: Sequence[Mapping[str, Any]], group: str, title: str | N
     for r in rows:
         groups += [r[group]] if r[group] not in groups else []
         methods += [r["method"]] if r["method"] not in methods else []
-    fig = Figure(figsize=(max(6.0, 1.6 * len(groups) * max(len(methods), 1) / 2 + 3), 6.5), layout="constrained")
+    # Wide enough for the bars' labels, but no wider than a page shows (many seeds, many bars).
+    width_in = min(20.0, max(6.0, 1.6 * len(groups) * max(len(methods), 1) / 2 + 3))
+    fig = Figure(figsize=(width_in, 6.5), layout="constrained")
     FigureCanvasAgg(fig)
     rel_ax, time_ax = fig.subplots(2, 1)
     width = 0.8 / max(len(methods), 1)
@@ -161,9 +163,10 @@ def latency_figure(rows: Sequence[Mapping[str, Any]], group: str, title: str | N
             tune.append(secs if secs is not None else math.nan)
         offset = (j - (len(methods) - 1) / 2) * width
         bars = rel_ax.bar(x + offset, rel, width, label=method)
-        rel_ax.bar_label(bars, fmt="%.3g", fontsize=6)
+        label_size = 6 if len(groups) * len(methods) <= 40 else 4
+        rel_ax.bar_label(bars, fmt="%.3g", fontsize=label_size)
         bars = time_ax.bar(x + offset, tune, width, label=method)
-        time_ax.bar_label(bars, fmt="%.0f", fontsize=6)
+        time_ax.bar_label(bars, fmt="%.0f", fontsize=label_size)
     rel_ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
     rel_ax.set_ylabel("latency / fastest (log)", fontsize=8)
     rel_ax.set_yscale("log")  # untuned builds can be 100x off; log keeps the tuned ones readable
