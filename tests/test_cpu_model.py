@@ -132,9 +132,9 @@ def test_tvm_unrolling_counts_sibling_statements():
 
 
 def _fused_row(elements_of_b: int | None) -> KernelIR:
-    """Per row i (parallel): B[i, j] = exp(A[i, j]) over 16 unrolled j, then C[i, j] = B[i, j] * D[j]
-    over 16 unrolled j, in one straight-line body; B allocated in the row (``elements_of_b``) or
-    at the root (None)."""
+    """Per row i (parallel): B[i, j] = exp(A[i, j]) over 16 unrolled j, then C[i, k] = B[i, k] * D[k]
+    over 16 unrolled k, in one straight-line body; B allocated in the row (``elements_of_b``
+    elements) or at the root (None)."""
     row = (Index((("i", 1),)), Index((("j", 1),)))
     exp = Statement("B", (Access("A", False, row, (8, 16), 4), Access("B", True, row, (8, 16), 4)), (("math", 1),))
     row2 = (Index((("i", 1),)), Index((("k", 1),)))
