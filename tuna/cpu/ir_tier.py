@@ -263,25 +263,30 @@ def statement_counts(
     return counts
 
 
-def straight_line(stmt: Statement, loops: tuple[Loop, ...], machine: Machine, tvm: frozenset[str]) -> tuple[Loop, ...]:
-    """The loops of ``stmt`` down to the innermost one that stays a loop in the machine code.
+def rolled_around(stmt: Statement, loops: tuple[Loop, ...], machine: Machine, tvm: frozenset[str]) -> tuple[Loop, ...]:
+    """The loops of ``stmt`` that stay loops in the machine code (with the kinds LLVM gives them).
 
-    Statements with the same such loops (or none) share one straight-line run of code in
-    its body: everything below it is unrolled or vectorized.
+    Statements with the same such loops share one straight-line run of code in the body of
+    the innermost: everything between is unrolled or vectorized by TVM. A loop LLVM's loop
+    vectorizer takes stays a loop (of vectors); those it unrolls completely do not.
     """
-    code = codegen_loops(stmt, loops, machine, tvm)
     unrolled = unrolled_loops(loops, tvm)
     _, full = _llvm_unrolling(stmt, loops, unrolled) if not machine.in_order else ([], set())
-    depth = max(
-        (
-            pos + 1
-            for pos, lp in enumerate(loops)
-            # (a loop LLVM's loop vectorizer takes stays a loop, of vectors)
-            if lp.var not in unrolled and lp.kind != LoopKind.VECTORIZED and pos not in full
-        ),
-        default=0,
+    code = codegen_loops(stmt, loops, machine, tvm)
+    return tuple(
+        code[pos]
+        for pos, lp in enumerate(loops)
+        if lp.var not in unrolled and lp.kind != LoopKind.VECTORIZED and pos not in full
     )
-    return code[:depth]
+
+
+def _address_from(alloc: Allocation | None, inside: set[str]) -> str:
+    """Where a nest gets a buffer's address: ``"closure"`` (a parameter, or a buffer allocated
+    outside the nest, passed to the outlined parallel body), or for one allocated inside it,
+    ``"stack"`` (addressed from the stack pointer) or ``"workspace"`` (from the runtime)."""
+    if alloc is None or alloc.loop not in inside:
+        return "closure"
+    return "stack" if alloc.elements * alloc.dtype_bytes < MAX_STACK_ALLOCA else "workspace"
 
 
 def reloads_per_call(
@@ -292,40 +297,29 @@ def reloads_per_call(
 
     A value live across a call stays in a register only if the calling convention preserves
     it (:attr:`~tuna.machine.Machine.callee_saved_gprs`). ``rolled`` are the loops that stay
-    loops around the run in the nest ``node`` (an outlined parallel body); ``run`` its
-    statements from the first that makes calls on. Live across the calls are the addresses
-    of the buffers those statements access, save buffers allocated in the nest on the stack
-    (addressed from the stack pointer), and a counter and a scaled offset of the innermost
-    rolled loop; when the run is the whole body of the nest's outer loop, also the
-    parallel loop's bound, which only the runtime knows, the counters and offsets of any
-    other rolled loops, and the runtime's values for freeing workspace buffers allocated in
-    the nest. (Values used only before the first call, or outside an inner rolled loop, LLVM
-    spills once around them.) The excess over the preserved registers is reloaded after
-    every call, at most once for each value the run uses: the SFM-1 picks of ES on Zen 4 keep
-    8 live over their 512 unrolled expf calls and reload 2 after each.
+    loops around the run in the nest ``node`` (an outlined parallel body,
+    :func:`rolled_around`); ``run`` its statements from the first that makes calls on. Live
+    across the calls are the addresses of the buffers those statements access, save buffers
+    allocated in the nest on the stack (addressed from the stack pointer), and a counter and
+    a scaled offset of the innermost rolled loop; when the run is the whole body of the
+    nest's outer loop, also the parallel loop's bound, which only the runtime knows, the
+    counters and offsets of any other rolled loops, and the runtime's values for freeing
+    workspace buffers allocated in the nest. (Values used only before the first call, or
+    outside an inner rolled loop, LLVM spills once around them.) The excess over the
+    preserved registers is reloaded after every call, at most once for each value the run
+    uses: the SFM-1 picks of ES on Zen 4 keep 8 live over their 512 unrolled expf calls and
+    reload 2 after each.
     """
     if not machine.callee_saved_gprs:
         return 0
     inner = len(rolled) > 1
-    inside = {lp.var for lp in _loops_of(node)}
-    addresses, workspace = 0, 0
-    for alloc in allocations.values():
-        if alloc.loop in inside and alloc.elements * alloc.dtype_bytes >= MAX_STACK_ALLOCA and not inner:
-            workspace = WORKSPACE_VALUES
-    for buf in {a.buffer for stmt in run for a in stmt.accesses}:
-        alloc = allocations.get(buf)
-        on_stack = alloc is not None and alloc.loop in inside and alloc.elements * alloc.dtype_bytes < MAX_STACK_ALLOCA
-        addresses += not on_stack  # parameters and outer buffers come from the parallel body's closure
+    inside = {lp.var for _, loops in walk((node,)) for lp in loops}
+    buffers = {a.buffer for stmt in run for a in stmt.accesses}
+    addresses = sum(_address_from(allocations.get(buf), inside) != "stack" for buf in buffers)
+    workspace = not inner and any(_address_from(a, inside) == "workspace" for a in allocations.values())
     loops = 2 if inner else 2 * len(rolled) + any(lp.kind == LoopKind.PARALLEL for lp in rolled)
-    live = addresses + workspace + loops
+    live = addresses + WORKSPACE_VALUES * workspace + loops
     return min(max(0, live - machine.callee_saved_gprs), addresses + 2 * len(rolled))
-
-
-def _loops_of(node: Loop | Statement):
-    if isinstance(node, Loop):
-        yield node
-        for child in node.body:
-            yield from _loops_of(child)
 
 
 def fill_terms(node: Loop | Statement, machine: Machine, threads: int, feats: Counter) -> None:
@@ -370,7 +364,7 @@ def _call_block_ops(
     """
     runs: dict[tuple[str, ...], list] = {}
     for stmt, loops, counts in stmts:
-        rolled = straight_line(stmt, loops, machine, tvm)
+        rolled = rolled_around(stmt, loops, machine, tvm)
         runs.setdefault(tuple(lp.var for lp in rolled), [rolled, []])[1].append((stmt, counts))
     total = 0.0
     for rolled, members in runs.values():
@@ -380,7 +374,6 @@ def _call_block_ops(
             # Calls of vector lanes make their own blocks (lane moves, spills, the call).
             total += sum(counts["call_block_ops"] for _, counts in members)
             continue
-        rolled = tuple(lp for lp in rolled if lp.kind in (LoopKind.SERIAL, LoopKind.PARALLEL))
         first = next(pos for pos, (_, counts) in enumerate(members) if counts["math"])
         reloads = reloads_per_call(node, rolled, [stmt for stmt, _ in members[first:]], machine, allocations)
         for _, counts in members:
