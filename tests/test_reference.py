@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "reference"))
-import make_reference  # noqa: E402
+import make_reference
 
 REFERENCE = json.loads(gzip.decompress(make_reference.OUT.read_bytes()))
 
