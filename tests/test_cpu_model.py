@@ -119,7 +119,7 @@ def test_library_calls_stay_scalar_in_unrolled_copies_and_vectorize_in_rolled_lo
 def test_tvm_unrolling_counts_sibling_statements():
     # Alone, j's 128 exp statements fit the step limit of 128; with a sibling under j, TVM's
     # UnrollLoop counts 256 and leaves j rolled, which the kernel's set tells the IR tier.
-    from tuna.cpu.joint import tvm_unrolled
+    from tuna.cpu.loop_mapping import tvm_unrolled
 
     for sibling, unrolled in ((False, {"j"}), (True, set())):
         kernel = _exp_rows(128, sibling)

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from tuna import integration, machine
-from tuna.cpu import disasm, full_tier, joint, objcode
+from tuna.cpu import cfg, disassembly, full_tier, loop_mapping, objcode, trip_counts
+from tuna.cpu.isa import lanes
 from tuna.ir import Instruction, walk
 
 FIXTURES = Path(__file__).parent / "fixtures" / "objects"
@@ -22,22 +23,22 @@ def _kernel(name: str):
     preset = machine.preset(name.split("-", 3)[3])
     mod = integration.tvm.script.from_source((FIXTURES / f"{name}.tvmscript").read_text())
     obj = (FIXTURES / f"{name}.o").read_bytes()
-    code = tuple(disasm.disassemble(*fn) for fn in disasm.read_functions(obj))
+    code = tuple(disassembly.disassemble(*fn) for fn in disassembly.read_functions(obj))
     return dataclasses.replace(integration.kernel_from_module(mod), code=code), preset
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in FIXTURES.glob("*.o")))
 def test_fma_lanes_executed_equal_the_multiply_adds_of_the_tir(name):
     kernel, preset = _kernel(name)
-    counts = joint.dynamic_counts(joint.map_kernel(kernel, preset), preset.isa)
-    assert counts["lanes_fma"] == joint.tir_multiply_adds(kernel)
+    counts = loop_mapping.dynamic_counts(loop_mapping.map_kernel(kernel, preset), preset.isa)
+    assert counts["lanes_fma"] == loop_mapping.tir_multiply_adds(kernel)
     assert counts["lanes_fma"] > 0 or not any(s.op_count("fma") for s, _ in walk(kernel.body))
 
 
 def _outlined_loops(name: str) -> list[list[int | None]]:
     kernel, _ = _kernel(name)
-    funcs = [c for c in kernel.code if c.function.startswith(disasm.ANONYMOUS)]
-    return [[lp.trip_count for lp in disasm.loops(c)] for c in funcs]
+    funcs = [c for c in kernel.code if c.function.startswith(disassembly.ANONYMOUS)]
+    return [[lp.trip_count for lp in cfg.loops(c)] for c in funcs]
 
 
 def test_two_iteration_flag_loops_and_spilled_counters_get_their_trip_counts():
@@ -77,13 +78,13 @@ def test_a_loop_leaving_from_its_header_runs_its_header_once_more():
     # the latch once. The padding loop before it is irreducible (LLVM jumps into its
     # unrolled body), so its exit must not halve the flow into the convolution.
     kernel, preset = _kernel("c1d-0-c0-cortex-a53")
-    fm = joint.map_kernel(kernel, preset)[-1]
-    rl_1 = next(lp for lp in disasm.loops(fm.code) if lp.exits_at_header)
+    fm = loop_mapping.map_kernel(kernel, preset)[-1]
+    rl_1 = next(lp for lp in cfg.loops(fm.code) if lp.exits_at_header)
     assert rl_1.trip_count == 2
     latch = next(b for b in rl_1.blocks if b != rl_1.header)
     assert fm.weights[rl_1.header] == 2 * fm.weights[latch]
-    counts = joint.dynamic_counts((fm,), preset.isa)
-    assert counts["lanes_fma"] == joint.tir_multiply_adds(kernel)
+    counts = loop_mapping.dynamic_counts((fm,), preset.isa)
+    assert counts["lanes_fma"] == loop_mapping.tir_multiply_adds(kernel)
 
 
 def test_a_counter_stepped_by_a_register_holding_a_constant():
@@ -97,7 +98,7 @@ def test_a_chunk_loop_vectorized_across_iterations_and_its_remainder_share_the_c
     # loop by 4 (8 fmla on 4 lanes do 4 rows), with a scalar remainder loop behind branches
     # that only test for chunks shorter than 4: 8192 rows over 64 cores is 32 trips and 0.
     kernel, preset = _kernel("nrm-0-c21-graviton2")
-    outlined = joint.map_kernel(kernel, preset)[-1]
+    outlined = loop_mapping.map_kernel(kernel, preset)[-1]
     assert [(m.tir_var, m.trips, m.source) for m in outlined.loops] == [
         ("b_i_j_fused_0_fused", 32, "unrolled"),
         ("b_i_j_fused_0_fused", 0, "remainder"),
@@ -111,10 +112,10 @@ def test_a_chunk_loop_with_a_machine_loop_inside_is_not_vectorized_across_its_it
     # exp loop is a machine loop inside. LLVM vectorizes innermost loops only, so the chunk
     # loop does one row per iteration: 256 rows per core (of 2), 512 calls to expf each.
     kernel, preset = _kernel("sfm-1-c63-zen4")
-    maps = joint.map_kernel(kernel, preset)
-    first = next(fm for fm in maps if fm.code.function.startswith(disasm.ANONYMOUS))
+    maps = loop_mapping.map_kernel(kernel, preset)
+    first = next(fm for fm in maps if fm.code.function.startswith(disassembly.ANONYMOUS))
     assert (first.loops[0].tir_var, first.loops[0].trips, first.loops[0].source) == ("i0_fused", 256, "tir")
-    assert joint.dynamic_counts((first,), preset.isa)["call"] == 512 * 512  # both cores
+    assert loop_mapping.dynamic_counts((first,), preset.isa)["call"] == 512 * 512  # both cores
 
 
 def test_loops_versioned_behind_a_branch_share_the_iterations():
@@ -123,14 +124,14 @@ def test_loops_versioned_behind_a_branch_share_the_iterations():
     (trips,) = _outlined_loops("c1d-0-c6-zen4")
     assert trips == [16] * 8 + [2, 3, None]
     kernel, preset = _kernel("c1d-0-c6-zen4")
-    counts = joint.dynamic_counts(joint.map_kernel(kernel, preset), preset.isa)
-    assert counts["lanes_fma"] == joint.tir_multiply_adds(kernel)
+    counts = loop_mapping.dynamic_counts(loop_mapping.map_kernel(kernel, preset), preset.isa)
+    assert counts["lanes_fma"] == loop_mapping.tir_multiply_adds(kernel)
 
 
 def test_outlined_bodies_back_to_back_are_split_at_their_unwind_entries():
     kernel, preset = _kernel("sfm-1-c143-zen4")  # two parallel loops, no symbols
-    maps = joint.map_kernel(kernel, preset)
-    outlined = [fm for fm in maps if fm.code.function.startswith(disasm.ANONYMOUS)]
+    maps = loop_mapping.map_kernel(kernel, preset)
+    outlined = [fm for fm in maps if fm.code.function.startswith(disassembly.ANONYMOUS)]
     assert len(outlined) == 2
     assert [fm.loops[0].tir_var for fm in outlined] == ["i0_fused", "i0_fused_2"]
     assert all(fm.loops[0].trips == 256 for fm in outlined)  # 512 rows over 2 cores
@@ -138,7 +139,7 @@ def test_outlined_bodies_back_to_back_are_split_at_their_unwind_entries():
 
 def test_trip_counts_are_read_from_the_code_and_matched_to_tir_loops():
     kernel, preset = _kernel("gmm-1-c0-zen4")
-    (fm,) = joint.map_kernel(kernel, preset)
+    (fm,) = loop_mapping.map_kernel(kernel, preset)
     # i_1 counts 0..64 with inc/cmp; LLVM duplicated k_0 (256 trips, counting up to zero
     # from -2048 in steps of 8) when it unrolled j_1.
     assert [(m.tir_var, m.trips, m.source) for m in fm.loops] == [
@@ -151,8 +152,8 @@ def test_trip_counts_are_read_from_the_code_and_matched_to_tir_loops():
 
 def test_parallel_bodies_are_found_without_symbols_and_run_one_share_per_thread():
     kernel, preset = _kernel("c2d-1-c5-graviton2")  # a 224-iteration parallel loop on 64 cores
-    maps = joint.map_kernel(kernel, preset)
-    outlined = [fm for fm in maps if fm.code.function.startswith(disasm.ANONYMOUS)]
+    maps = loop_mapping.map_kernel(kernel, preset)
+    outlined = [fm for fm in maps if fm.code.function.startswith(disassembly.ANONYMOUS)]
     assert len(outlined) == 1 and outlined[0].threads == 64
     chunk = outlined[0].loops[0]
     assert chunk.tir_var.endswith("_fused") and chunk.trips == 4  # ceil(224 / 64)
@@ -169,13 +170,13 @@ def test_full_tier_estimates_fixture_kernels_and_explains_its_terms():
 
 
 def test_signed_immediates_and_lanes_of_simd_instructions():
-    assert disasm._imm("0xfffffffffffff800") == -2048
-    assert disasm._imm("#0x10") == 16
+    assert trip_counts._imm("0xfffffffffffff800") == -2048
+    assert trip_counts._imm("#0x10") == 16
     fma = Instruction(0, "vfmadd231ps", "zmm0, zmm8, dword ptr [r12 + rdi - 4]{1to16}", klass="fma")
-    assert disasm.lanes("x86-64", fma) == 16
-    assert disasm.lanes("x86-64", Instruction(0, "vfmadd231ss", "xmm0, xmm1, xmm2", klass="fma")) == 1
-    assert disasm.lanes("aarch64", Instruction(0, "fmla", "v0.4s, v1.4s, v2.s[0]", klass="fma")) == 4
-    assert disasm.lanes("aarch64", Instruction(0, "fmadd", "s0, s1, s2, s3", klass="fma")) == 1
+    assert lanes("x86-64", fma) == 16
+    assert lanes("x86-64", Instruction(0, "vfmadd231ss", "xmm0, xmm1, xmm2", klass="fma")) == 1
+    assert lanes("aarch64", Instruction(0, "fmla", "v0.4s, v1.4s, v2.s[0]", klass="fma")) == 4
+    assert lanes("aarch64", Instruction(0, "fmadd", "s0, s1, s2, s3", klass="fma")) == 1
 
 
 def test_full_tier_needs_machine_code():
@@ -187,7 +188,7 @@ def test_full_tier_needs_machine_code():
 def test_object_code_estimate_divides_outlined_parallel_bodies_over_the_cores():
     obj = (FIXTURES / "c2d-1-c5-graviton2.o").read_bytes()
     preset = machine.preset("graviton2")
-    funcs = disasm.kernel_code([obj])
+    funcs = disassembly.kernel_code([obj])
     serial = sum(objcode.code_cycles(f, preset, Counter()) for f in funcs if not f.function.startswith("anon@"))
     outlined = sum(objcode.code_cycles(f, preset, Counter()) for f in funcs if f.function.startswith("anon@"))
     assert outlined > serial > 0
@@ -198,7 +199,7 @@ def test_object_code_estimate_divides_outlined_parallel_bodies_over_the_cores():
 def _executed(maps, klass, isa):
     """Lanes of the ``klass`` instructions executed per call, over all threads (calls: 1 each)."""
     return sum(
-        fm.weights[b.start] * fm.instances * (disasm.lanes(isa, ins) if klass != "call" else 1)
+        fm.weights[b.start] * fm.instances * (lanes(isa, ins) if klass != "call" else 1)
         for fm in maps
         for b in fm.code.blocks
         for ins in b.instructions
@@ -212,7 +213,7 @@ def _tir_ops(kernel, kind):
 
 def test_an_unrolled_loop_with_run_time_trips_takes_the_tir_count_over_its_copies():
     kernel, preset = _kernel("sfm-1-c0-zen4")
-    maps = joint.map_kernel(kernel, preset)
+    maps = loop_mapping.map_kernel(kernel, preset)
     # The normalisation: 4096 x 64 lanes in parallel; each thread's 2048 iterations run as 256
     # passes of a loop LLVM unrolled 8 times, and its remainder loop runs no iteration.
     norm = next(fm for fm in maps if any(m.tir_var == "i0_i1_fused_0" for m in fm.loops))
@@ -222,7 +223,7 @@ def test_an_unrolled_loop_with_run_time_trips_takes_the_tir_count_over_its_copie
 
 def test_a_reduction_store_sunk_out_of_its_loop_is_not_an_unrolled_copy():
     kernel, preset = _kernel("sfm-1-c129-zen4")
-    maps = joint.map_kernel(kernel, preset)
+    maps = loop_mapping.map_kernel(kernel, preset)
     assert not any(m.source in ("unrolled", "remainder") for fm in maps for m in fm.loops)
     # exp inlined into the sum and into the normalisation: one expf call per element each (and
     # a few calls of TVM's runtime that start the parallel regions)

@@ -1,8 +1,8 @@
-"""Tests of tuna.cpu.ooo: decoding, bounds, micro-benchmarks and a differential test against llvm-mca.
+"""Tests of tuna.cpu.simulator: decoding, bounds, micro-benchmarks and a differential test against llvm-mca.
 
 The fixtures in tests/fixtures/asm are innermost loop bodies TVM generated for measured
 schedules of the shipped pools (see make_fixtures.py there); they hold the raw bytes, which are
-disassembled again here with tuna.cpu.disasm, so no TVM is needed.
+disassembled again here with tuna.cpu.disassembly, so no TVM is needed.
 """
 
 import json
@@ -17,7 +17,8 @@ from dataclasses import replace
 import pytest
 
 from tuna import machine
-from tuna.cpu import disasm, ooo
+from tuna.cpu import disassembly, isa, simulator
+from tuna.cpu.simulator import decode, timing
 from tuna.errors import TargetError, UnsupportedISAError
 from tuna.ir import Instruction
 
@@ -28,7 +29,7 @@ PRESETS = {"x86-64": ("zen4", "skylake-avx512"), "aarch64": ("graviton2", "corte
 
 def _load(fid: str) -> tuple[dict, list[Instruction]]:
     fx = json.loads((FIXTURES / f"{fid}.json").read_text())
-    code = disasm.disassemble(fx["isa"], fx["function"], fx["address"], bytes.fromhex(fx["hex"]))
+    code = disassembly.disassemble(fx["isa"], fx["function"], fx["address"], bytes.fromhex(fx["hex"]))
     return fx, [ins for blk in code.blocks for ins in blk.instructions]
 
 
@@ -74,7 +75,7 @@ def test_every_cpu_preset_has_uarch_data():
     for m in machine.presets().values():
         if m.kind != "cpu":
             continue
-        ua = ooo.uarch(m)
+        ua = simulator.uarch(m)
         assert ua.name == m.name
         assert ua.dispatch_width >= 1
         for klass in ("alu", "load", "vload", "store_addr", "vstore_data", "fma", "fadd", "fmul", "branch"):
@@ -84,26 +85,26 @@ def test_every_cpu_preset_has_uarch_data():
 
 
 def test_width_dependent_timing():
-    zen4, skx = ooo.uarch("zen4"), ooo.uarch("skylake-avx512")
+    zen4, skx = simulator.uarch("zen4"), simulator.uarch("skylake-avx512")
     assert zen4.timing("fma", 512).rthroughput == pytest.approx(1.0)  # two 256-bit halves
     assert zen4.timing("fma", 256).rthroughput == pytest.approx(0.5)
     names = lambda ua, t: {ua.ports[p] for p in t.uops[0]}  # noqa: E731
     assert names(skx, skx.timing("fma", 512)) == {"P0", "P5"}  # p0+p1 fused, p5 FMA
     assert names(skx, skx.timing("fma", 256)) == {"P0", "P1"}
-    a53 = ooo.uarch("cortex-a53")
+    a53 = simulator.uarch("cortex-a53")
     assert a53.timing("fma", 128).rthroughput == 2 * a53.timing("fma", 64).rthroughput
 
 
 def test_no_uarch_data_is_a_target_error():
     with pytest.raises(TargetError, match="no micro-architecture data"):
-        ooo.load_uarch("pentium-pro")
+        simulator.load_uarch("pentium-pro")
 
 
 def test_other_isas_are_rejected():
     with pytest.raises(UnsupportedISAError):
-        ooo.simulate([_ins("add.s32 %r1, %r2, %r3")], machine.preset("a100"))
+        simulator.simulate([_ins("add.s32 %r1, %r2, %r3")], machine.preset("a100"))
     with pytest.raises(UnsupportedISAError):
-        ooo.decode(_ins("addi a0, a0, 1"), "riscv64")
+        decode(_ins("addi a0, a0, 1"), "riscv64")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -113,7 +114,7 @@ def test_other_isas_are_rejected():
 
 def test_x86_broadcast_load_op_is_a_load_and_an_fma():
     ins = _ins("vfmadd231ps zmm0, zmm1, dword ptr [rax + rcx*4 + 64]{1to16}", ("zmm0", "zmm1", "rax", "rcx"), ("zmm0",))
-    dec = ooo.decode(ins, "x86-64")
+    dec = decode(ins, "x86-64")
     load, fma = dec.uops
     assert (load.klass, load.reads, load.writes, load.kind) == ("vload", ("rax", "rcx"), ("~0",), "load")
     assert load.width == 64  # a 4-byte broadcast takes one load slot
@@ -123,63 +124,63 @@ def test_x86_broadcast_load_op_is_a_load_and_an_fma():
 
 
 def test_x86_load_op_and_store():
-    add = ooo.decode(_ins("vaddps zmm0, zmm0, zmmword ptr [rdi + 64]", ("zmm0", "rdi"), ("zmm0",)), "x86-64")
+    add = decode(_ins("vaddps zmm0, zmm0, zmmword ptr [rdi + 64]", ("zmm0", "rdi"), ("zmm0",)), "x86-64")
     assert [u.klass for u in add.uops] == ["vload", "fadd"] and add.uops[0].width == 512
     assert not add.unlaminated
-    st = ooo.decode(_ins("vmovups zmmword ptr [rsi + 0x40], zmm3", ("rsi", "zmm3")), "x86-64")
+    st = decode(_ins("vmovups zmmword ptr [rsi + 0x40], zmm3", ("rsi", "zmm3")), "x86-64")
     assert [(u.klass, u.reads) for u in st.uops] == [("store_addr", ("rsi",)), ("vstore_data", ("v3",))]
     assert st.uops[1].kind == "store" and st.uops[1].mem[:3] == ("rsi", 0x40, 64)
-    pure = ooo.decode(_ins("vbroadcastss zmm12, dword ptr [rdx + rdi*4 - 0x404]", ("rdx", "rdi"), ("zmm12",)), "x86-64")
+    pure = decode(_ins("vbroadcastss zmm12, dword ptr [rdx + rdi*4 - 0x404]", ("rdx", "rdi"), ("zmm12",)), "x86-64")
     assert [u.klass for u in pure.uops] == ["vload"] and pure.broadcast
 
 
 def test_x86_sub_registers_alias_and_idioms():
-    assert ooo.decode(_ins("add eax, ebx", ("eax", "ebx"), ("eax", "rflags")), "x86-64").uops[0].reads == ("rax", "rbx")
-    zero = ooo.decode(_ins("vxorps xmm3, xmm3, xmm3", ("xmm3",), ("xmm3",)), "x86-64").uops[0]
+    assert decode(_ins("add eax, ebx", ("eax", "ebx"), ("eax", "rflags")), "x86-64").uops[0].reads == ("rax", "rbx")
+    zero = decode(_ins("vxorps xmm3, xmm3, xmm3", ("xmm3",), ("xmm3",)), "x86-64").uops[0]
     assert zero.klass == "zero" and zero.reads == ()
-    assert ooo.decode(_ins("mov rax, rbx", ("rbx",), ("rax",)), "x86-64").uops[0].klass == "mov"
-    assert ooo.decode(_ins("vmovaps zmm1, zmm2", ("zmm2",), ("zmm1",)), "x86-64").uops[0].klass == "vmov"
+    assert decode(_ins("mov rax, rbx", ("rbx",), ("rax",)), "x86-64").uops[0].klass == "mov"
+    assert decode(_ins("vmovaps zmm1, zmm2", ("zmm2",), ("zmm1",)), "x86-64").uops[0].klass == "vmov"
 
 
 def test_aarch64_loads_and_stores():
-    d = ooo.decode(_ins("ldr q0, [x1, #16]", ("x1",), ("q0",)), "aarch64").uops
+    d = decode(_ins("ldr q0, [x1, #16]", ("x1",), ("q0",)), "aarch64").uops
     assert [(u.klass, u.width, u.reads, u.writes) for u in d] == [("vload", 128, ("x1",), ("v0",))]
-    pair = ooo.decode(_ins("ldp q2, q1, [x13, #-0x80]", ("x13",), ("q2", "q1")), "aarch64")
+    pair = decode(_ins("ldp q2, q1, [x13, #-0x80]", ("x13",), ("q2", "q1")), "aarch64")
     assert [(u.klass, u.writes) for u in pair.uops] == [("vload_pair", ("v2", "v1"))]
     assert pair.uops[0].mem[1:3] == (-0x80, 32)
-    dup = ooo.decode(_ins("ld1r {v4.4s}, [x16], #4", ("x16",), ("v4", "x16")), "aarch64")
+    dup = decode(_ins("ld1r {v4.4s}, [x16], #4", ("x16",), ("v4", "x16")), "aarch64")
     assert [(u.klass, u.writes) for u in dup.uops] == [("vload_dup", ("v4",)), ("wb", ("x16",))]
     assert dup.broadcast
-    post = ooo.decode(_ins("ldr q0, [x1], #16", ("x1",), ("q0", "x1")), "aarch64")
+    post = decode(_ins("ldr q0, [x1], #16", ("x1",), ("q0", "x1")), "aarch64")
     assert [u.klass for u in post.uops] == ["vload", "wb"] and post.uops[0].writes == ("v0",)
-    pre = ooo.decode(_ins("ldr x0, [x1, #8]!", ("x1",), ("x0", "x1")), "aarch64")
+    pre = decode(_ins("ldr x0, [x1, #8]!", ("x1",), ("x0", "x1")), "aarch64")
     assert [u.klass for u in pre.uops] == ["load", "wb"]
-    st = ooo.decode(_ins("stp q7, q0, [sp, #0xc0]", ("q7", "q0", "sp")), "aarch64")
+    st = decode(_ins("stp q7, q0, [sp, #0xc0]", ("q7", "q0", "sp")), "aarch64")
     assert [(u.klass, u.reads) for u in st.uops] == [("store_addr", ("sp",)), ("vstore_data", ("v7",)),
                                                     ("vstore_data", ("v0",))]
 
 
 def test_aarch64_arithmetic():
-    fmla = ooo.decode(_ins("fmla v0.4s, v1.4s, v2.s[0]", ("v0", "v1", "v2"), ("v0",)), "aarch64").uops[0]
+    fmla = decode(_ins("fmla v0.4s, v1.4s, v2.s[0]", ("v0", "v1", "v2"), ("v0",)), "aarch64").uops[0]
     assert (fmla.klass, fmla.width, set(fmla.reads), fmla.writes) == ("fma", 128, {"v0", "v1", "v2"}, ("v0",))
-    assert ooo.decode(_fmla(0, arr="2s"), "aarch64").uops[0].width == 64
+    assert decode(_fmla(0, arr="2s"), "aarch64").uops[0].width == 64
     # s0 / d0 / q0 / v0 are one register; w1 / x1 too
-    assert ooo.decode(_ins("fadd s0, s1, s2", ("s1", "s2"), ("s0",)), "aarch64").uops[0].reads == ("v1", "v2")
-    assert ooo.decode(_ins("add w0, w1, #1", ("w1",), ("w0",)), "aarch64").uops[0].writes == ("x0",)
+    assert decode(_ins("fadd s0, s1, s2", ("s1", "s2"), ("s0",)), "aarch64").uops[0].reads == ("v1", "v2")
+    assert decode(_ins("add w0, w1, #1", ("w1",), ("w0",)), "aarch64").uops[0].writes == ("x0",)
     # Capstone lists the compared register as written; it is read
-    cmp = ooo.decode(_ins("cmp x18, #0x80", (), ("nzcv", "x18")), "aarch64").uops[0]
+    cmp = decode(_ins("cmp x18, #0x80", (), ("nzcv", "x18")), "aarch64").uops[0]
     assert cmp.reads == ("x18",) and cmp.writes == ("flags",)
-    assert ooo.decode(_ins("dup v0.4s, w1", ("w1",), ("v0",)), "aarch64").uops[0].klass == "vbroadcast_gpr"
-    assert ooo.decode(_ins("mov x16, x14", ("x14",), ("x16",)), "aarch64").uops[0].klass == "mov"
+    assert decode(_ins("dup v0.4s, w1", ("w1",), ("v0",)), "aarch64").uops[0].klass == "vbroadcast_gpr"
+    assert decode(_ins("mov x16, x14", ("x14",), ("x16",)), "aarch64").uops[0].klass == "mov"
 
 
 def test_unknown_mnemonic_is_a_one_cycle_alu_op():
     ins = _ins("frobnicate rax, rbx", ("rax", "rbx"), ("rax",))
-    assert ooo.decode(ins, "x86-64").uops[0].klass == "alu"
-    t = ooo.simulate([ins] * 4, machine.preset("zen4"), loop=False)
+    assert decode(ins, "x86-64").uops[0].klass == "alu"
+    t = simulator.simulate([ins] * 4, machine.preset("zen4"), loop=False)
     assert t.chain_bound == pytest.approx(4.0)
     a64 = _ins("frob x0, x0", ("x0",), ("x0",))
-    assert ooo.simulate([a64] * 3, machine.preset("graviton2"), loop=True).chain_bound == pytest.approx(3.0)
+    assert simulator.simulate([a64] * 3, machine.preset("graviton2"), loop=True).chain_bound == pytest.approx(3.0)
 
 
 def test_dependency_graph_true_and_false_dependencies():
@@ -189,14 +190,14 @@ def test_dependency_graph_true_and_false_dependencies():
         _ins("ldr q1, [x0, #16]", ("x0",), ("q1",)),  # 2: WAW with 0, WAR with 1
         _ins("add x0, x0, #32", ("x0",), ("x0",)),  # 3
     ]
-    g = ooo.dependency_graph(body, "aarch64")
+    g = simulator.dependency_graph(body, "aarch64")
     assert (0, 1, "v1", False) in g.raw
     assert (1, 1, "v2", True) in g.raw
     assert (3, 0, "x0", True) in g.raw
     assert (0, 2, "v1", False) in g.waw
     assert (1, 2, "v1", False) in g.war
     assert (0, 3, "x0", False) in g.war
-    straight = ooo.dependency_graph(body, "aarch64", loop=False)
+    straight = simulator.dependency_graph(body, "aarch64", loop=False)
     assert not any(e[3] for e in straight.raw + straight.war + straight.waw)
 
 
@@ -210,22 +211,22 @@ def test_cycles_never_below_the_bounds(fid, preset):
     _, ins = _load(fid)
     m = machine.preset(preset)
     for loop in (True, False):
-        t = ooo.simulate(ins, m, loop=loop)
+        t = simulator.simulate(ins, m, loop=loop)
         assert t.cycles >= max(t.port_bound, t.chain_bound, t.issue_bound) - 1e-9
         assert t.cycles > 0 and t.instructions == len(ins) and t.uops >= len(ins) - 1
-        assert set(t.counts) == set(ooo.KINDS)
+        assert set(t.counts) == set(isa.KINDS)
     # one pass from an idle machine takes at least as long as a steady-state iteration
-    assert ooo.simulate(ins, m, loop=False).cycles >= ooo.simulate(ins, m).cycles * 0.9
+    assert simulator.simulate(ins, m, loop=False).cycles >= simulator.simulate(ins, m).cycles * 0.9
 
 
 def test_counts_of_a_matmul_body():
     _, ins = _load("gmm-1-r0-zen4-0")
-    t = ooo.simulate(ins, machine.preset("zen4"))
+    t = simulator.simulate(ins, machine.preset("zen4"))
     assert t.counts["fma"] == 16 and t.counts["load"] == 18 and t.broadcasts == 16
     assert t.counts["store"] == 0
     # Zen 4: 16 zmm FMAs at one a cycle; Skylake-SP: two zmm FMA pipes, 18 loads on two ports
     assert t.cycles == pytest.approx(16, rel=0.05) and t.bottleneck == "ports"
-    skx = ooo.simulate(ins, machine.preset("skylake-avx512"))
+    skx = simulator.simulate(ins, machine.preset("skylake-avx512"))
     assert skx.port_bound == pytest.approx(9.0) and skx.cycles == pytest.approx(9.0, rel=0.05)
 
 
@@ -233,21 +234,21 @@ def test_counts_of_a_matmul_body():
 @pytest.mark.parametrize("n", [1, 4, 8])
 def test_dependent_fma_chain_costs_n_latencies(preset, n):
     m = machine.preset(preset)
-    lat = ooo.uarch(m).timing("fma", 512 if m.isa == "x86-64" else 128).latency
+    lat = simulator.uarch(m).timing("fma", 512 if m.isa == "x86-64" else 128).latency
     body = [_fma(m.isa, 0)] * n
-    t = ooo.simulate(body, m)
+    t = simulator.simulate(body, m)
     assert t.chain_bound == pytest.approx(n * lat)
     assert t.cycles == pytest.approx(n * lat, rel=0.1)
-    assert ooo.simulate(body, m, loop=False).cycles == pytest.approx(n * lat, abs=lat + 2)
+    assert simulator.simulate(body, m, loop=False).cycles == pytest.approx(n * lat, abs=lat + 2)
 
 
 @pytest.mark.parametrize("preset", ["zen4", "skylake-avx512", "graviton2", "cortex-a53"])
 @pytest.mark.parametrize("n", [8, 12, 24])
 def test_independent_fmas_cost_n_over_throughput(preset, n):
     m = machine.preset(preset)
-    timing = ooo.uarch(m).timing("fma", 512 if m.isa == "x86-64" else 128)
+    timing = simulator.uarch(m).timing("fma", 512 if m.isa == "x86-64" else 128)
     body = [_fma(m.isa, i) for i in range(n)]
-    t = ooo.simulate(body, m)
+    t = simulator.simulate(body, m)
     expected = max(n * timing.rthroughput, timing.latency)  # each accumulator is a chain of one
     assert t.port_bound == pytest.approx(n * timing.rthroughput)
     assert t.cycles == pytest.approx(expected, rel=0.1)
@@ -255,8 +256,8 @@ def test_independent_fmas_cost_n_over_throughput(preset, n):
 
 def test_zen4_ymm_fmas_run_twice_as_fast_as_zmm():
     m = machine.preset("zen4")
-    zmm = ooo.simulate([_fma_x86(i) for i in range(16)], m).cycles
-    ymm = ooo.simulate([_fma_x86(i, reg="ymm") for i in range(16)], m).cycles
+    zmm = simulator.simulate([_fma_x86(i) for i in range(16)], m).cycles
+    ymm = simulator.simulate([_fma_x86(i, reg="ymm") for i in range(16)], m).cycles
     assert zmm == pytest.approx(2 * ymm, rel=0.05)
 
 
@@ -268,9 +269,9 @@ def test_in_order_honours_false_dependencies():
         _ins("fadd v0.4s, v3.4s, v4.4s", ("v3", "v4"), ("v0",)),  # WAW with the divide
         _ins("str q0, [x0, #16]", ("q0", "x0")),
     ]
-    inorder = ooo.simulate(body, a53, loop=False)
-    ooo_core = ooo.simulate(body, replace(a53, in_order=False), loop=False)
-    assert inorder.cycles > ooo_core.cycles
+    inorder = simulator.simulate(body, a53, loop=False)
+    reordered_core = simulator.simulate(body, replace(a53, in_order=False), loop=False)
+    assert inorder.cycles > reordered_core.cycles
 
 
 @pytest.mark.parametrize("fid", [f for f in FIXTURE_IDS if "zen4" not in f and "skylake" not in f])
@@ -278,8 +279,8 @@ def test_in_order_never_faster_than_out_of_order_with_the_same_data(fid):
     _, ins = _load(fid)
     a53 = machine.preset("cortex-a53")
     for loop in (True, False):
-        inorder = ooo.simulate(ins, a53, loop=loop).cycles
-        reordered = ooo.simulate(ins, replace(a53, in_order=False), loop=loop).cycles
+        inorder = simulator.simulate(ins, a53, loop=loop).cycles
+        reordered = simulator.simulate(ins, replace(a53, in_order=False), loop=loop).cycles
         assert inorder >= reordered * 0.999, (loop, inorder, reordered)
 
 
@@ -290,27 +291,27 @@ def test_spilled_accumulator_is_a_chain_through_memory():
         _fmla(0, 1, 2),
         _ins("str q0, [sp, #16]", ("q0", "sp")),
     ]
-    t = ooo.simulate(body, m)
-    ua = ooo.uarch(m)
+    t = simulator.simulate(body, m)
+    ua = simulator.uarch(m)
     assert t.chain_bound == pytest.approx(ua.timing("fma", 128).latency + ua.store_forward_latency)
     moved = [body[0], body[1], _ins("str q0, [x5, #16]", ("q0", "x5"))]  # another address: no chain
-    assert ooo.simulate(moved, m).chain_bound < t.chain_bound
+    assert simulator.simulate(moved, m).chain_bound < t.chain_bound
 
 
 def test_results_are_memoised_and_fast():
     _, ins = _load("c1d-0-r30-zen4-0")
     m = machine.preset("zen4")
-    first = ooo.simulate(ins, m)
-    assert ooo.simulate(list(ins), m) is first
+    first = simulator.simulate(ins, m)
+    assert simulator.simulate(list(ins), m) is first
     times = []
     for fid in FIXTURE_IDS:
         _, body = _load(fid)
         if len(body) > 60:
             continue
         for preset in PRESETS[json.loads((FIXTURES / f"{fid}.json").read_text())["isa"]]:
-            ooo._simulate_key.cache_clear()
+            timing.simulate_key.cache_clear()
             start = time.perf_counter()
-            ooo.simulate(body, machine.preset(preset))
+            simulator.simulate(body, machine.preset(preset))
             times.append(time.perf_counter() - start)
     assert statistics.median(times) < 0.01  # about 1 ms here; generous for slow CI machines
 
@@ -384,7 +385,7 @@ def test_agrees_with_llvm_mca(fid, preset, mcpu, ymm, low, high):
     fx, body = _load(fid)
     if ymm:
         body = [_as_ymm(i) for i in body]
-    ours = ooo.simulate(body, machine.preset(preset))
+    ours = simulator.simulate(body, machine.preset(preset))
     theirs, rthroughput = run_mca(fx["isa"], body, mcpu)
     ratio = ours.cycles / theirs
     assert low <= ratio <= high, f"{fid} on {preset}: ours {ours.cycles:.2f}, llvm-mca {theirs:.2f} ({ratio:.2f})"

@@ -18,13 +18,14 @@ from ..errors import AnalysisError
 from ..estimate import Estimate
 from ..ir import KernelIR
 from ..machine import Machine
-from . import ir_tier, joint, ooo
+from . import ir_tier, loop_mapping, simulator
+from .isa import ARITHMETIC
 
 #: Share of the dynamic instructions whose blocks the simulator times.
 HOT_SHARE = 0.98
 
 
-def _hot_blocks(maps: tuple[joint.FunctionMap, ...]) -> set[tuple[str, int]]:
+def _hot_blocks(maps: tuple[loop_mapping.FunctionMap, ...]) -> set[tuple[str, int]]:
     """Blocks worth simulating: the most executed ones, covering :data:`HOT_SHARE` of the work.
 
     The rest (prologues, loop control of outer loops, rarely taken paths) is timed by its
@@ -52,7 +53,7 @@ def estimate(kernel: KernelIR, machine: Machine) -> Estimate:
     """Predict the run time of a kernel whose machine code is attached (``kernel.code``)."""
     if not kernel.code:
         raise AnalysisError("the full tier needs the kernel's machine code; compile the candidate first")
-    maps = joint.map_kernel(kernel, machine)
+    maps = loop_mapping.map_kernel(kernel, machine)
     feats: Counter = Counter()
     isa = kernel.code[0].isa
     hot = _hot_blocks(maps)
@@ -63,7 +64,7 @@ def estimate(kernel: KernelIR, machine: Machine) -> Estimate:
             # A one-block innermost loop runs back to back: its steady-state cycles apply.
             looped = blk.start in fm.innermost and blk.start in blk.successors
             if (fm.code.function, blk.start) in hot:
-                timing = ooo.simulate(blk.instructions, machine, loop=looped)
+                timing = simulator.simulate(blk.instructions, machine, loop=looped)
                 per_thread += weight * timing.cycles
                 feats["port_bound_cycles"] += weight * timing.port_bound
                 feats["chain_bound_cycles"] += weight * timing.chain_bound
@@ -72,7 +73,7 @@ def estimate(kernel: KernelIR, machine: Machine) -> Estimate:
             # Calls leave the block for library code (expf, ...) the simulator cannot see.
             klasses = Counter(ins.klass for ins in blk.instructions)
             # x86 folds loads into arithmetic (vfmadd231ps z, z, [m] and embedded broadcasts).
-            folded = sum(ins.klass in joint.ARITHMETIC and "[" in ins.operands for ins in blk.instructions)
+            folded = sum(ins.klass in ARITHMETIC and "[" in ins.operands for ins in blk.instructions)
             feats["calls"] += weight * klasses["call"]
             if klasses["call"]:
                 # The code around each call costs more than the simulator, blind to the
@@ -88,15 +89,15 @@ def estimate(kernel: KernelIR, machine: Machine) -> Estimate:
             feats["threads_used"] = max(feats["threads_used"], fm.threads)
         for m in fm.loops:
             feats[f"loops_from_{m.source}"] += 1
-    counts = joint.dynamic_counts(maps, isa)
+    counts = loop_mapping.dynamic_counts(maps, isa)
     for klass in ("fma", "add", "mul", "load", "store", "instructions", "lanes_fma"):
         feats[f"dyn_{klass}"] = counts[klass]
-    tir_fma = joint.tir_multiply_adds(kernel)
+    tir_fma = loop_mapping.tir_multiply_adds(kernel)
     if tir_fma:
         feats["fma_lanes_vs_tir"] = counts["lanes_fma"] / tir_fma
     # Cache fills, DRAM traffic and the loop tree's FP and chain bounds are the IR tier's.
-    for term, value in ir_tier.features(kernel, machine).items():
-        if term.startswith(("tir_", "dram_")) or term.endswith(("_fill_bytes", "_fill_cycles")):
+    for terms in (ir_tier.memory_terms(kernel, machine), ir_tier.loop_tree_bounds(kernel, machine)):
+        for term, value in terms.items():
             feats[term] = value
     feats["const"] = 1.0
     coeffs = linear.coefficients(machine, "full")

@@ -15,6 +15,10 @@ DRAM traffic, calls of the C math library (one per lane of every exp, log, ...) 
 instructions around them are separate terms of the linear model in :mod:`tuna.linear`; the
 latter counts what shares the calls' straight-line code, and the values that outlive the
 registers the calling convention preserves, reloaded after every call.
+
+The full tier takes two groups of these terms from here, each computed alone:
+:func:`memory_terms` (cache fills and DRAM traffic) and :func:`loop_tree_bounds` (the loop
+tree's FP-pipe and reduction-chain bounds).
 """
 
 from __future__ import annotations
@@ -32,8 +36,8 @@ from ..estimate import Estimate
 from ..ir import Access, Allocation, KernelIR, Loop, LoopKind, Statement, walk
 from ..machine import Machine
 from .cache import data_movement
-from .joint import tvm_unrolled
-from .ooo import uarch
+from .loop_mapping import tvm_unrolled
+from .simulator import uarch
 
 #: Instructions of loop control (increment, compare, branch) per iteration of a rolled loop.
 LOOP_OVERHEAD_INSTRUCTIONS = 2
@@ -66,7 +70,7 @@ def unrolled_loops(loops: tuple[Loop, ...], tvm: frozenset[str] | None = None) -
 
     Explicitly unrolled loops, and inner loops under a ``pragma_auto_unroll_max_step``
     annotation while the product of their extents stays within the step limit; or, given
-    ``tvm`` (what TVM unrolls in the whole kernel, :func:`tuna.cpu.joint.tvm_unrolled`, which
+    ``tvm`` (what TVM unrolls in the whole kernel, :func:`tuna.cpu.loop_mapping.tvm_unrolled`, which
     also counts the sibling statements under a loop), those of ``loops`` among them.
     """
     unrolled = {lp.var for lp in loops if lp.kind == LoopKind.UNROLLED}
@@ -384,23 +388,44 @@ def _call_block_ops(
     return total
 
 
-def _nest_terms(
-    node: Loop | Statement, machine: Machine, feats: Counter, tvm: frozenset[str],
-    allocations: Mapping[str, Allocation],
-) -> None:
-    """Add one top-level nest's terms of the linear model (and diagnostics) to ``feats``."""
+def _nest_counts(
+    node: Loop | Statement, machine: Machine, tvm: frozenset[str], allocations: Mapping[str, Allocation],
+) -> tuple[list[tuple[Statement, tuple[Loop, ...], Counter]], Counter]:
+    """Each statement of one top-level nest with its loops and counts, and their sum."""
     counts: Counter = Counter()
     homes = {name: alloc.loop for name, alloc in allocations.items()}
     stmts = [(stmt, loops, statement_counts(stmt, loops, machine, tvm, homes)) for stmt, loops in walk((node,))]
     for _, _, own in stmts:
         counts.update(own)
-    if counts["math"]:
-        counts["call_block_ops"] = _call_block_ops(node, stmts, machine, tvm, allocations)
+    return stmts, counts
+
+
+def _fp_cycles(counts: Counter, machine: Machine) -> float:
+    """Cycles of the FP pipes for a nest's counts: FMA/multiply or add pipes, divisions and special functions."""
     tp = machine.throughput
-    fp = max(
+    return max(
         (counts["fma"] + counts["mul"]) / tp["fma"],
         counts["add"] / tp["add"],
     ) + counts["div"] / tp["div"] + counts["special"] / tp["special"]
+
+
+def _threads(node: Loop | Statement, machine: Machine) -> tuple[int, int, float]:
+    """The nest's parallel width, the cores it occupies, and the imbalance of its last round."""
+    width = parallel_width(node)
+    active = min(width, machine.cores)
+    return width, active, math.ceil(width / active) * active / width
+
+
+def _nest_terms(
+    node: Loop | Statement, machine: Machine, feats: Counter, tvm: frozenset[str],
+    allocations: Mapping[str, Allocation],
+) -> None:
+    """Add one top-level nest's terms of the linear model (and diagnostics) to ``feats``."""
+    stmts, counts = _nest_counts(node, machine, tvm, allocations)
+    if counts["math"]:
+        counts["call_block_ops"] = _call_block_ops(node, stmts, machine, tvm, allocations)
+    tp = machine.throughput
+    fp = _fp_cycles(counts, machine)
     loads = (counts["load"] + counts["spill"]) / tp["load"]
     stores = (counts["store"] + counts["spill"]) / tp["store"]
     instructions = (
@@ -409,9 +434,7 @@ def _nest_terms(
         + LOOP_OVERHEAD_INSTRUCTIONS * counts["loop_iterations"]
     )
     frontend = instructions / machine.issue_width
-    width = parallel_width(node)
-    active = min(width, machine.cores)
-    imbalance = math.ceil(width / active) * active / width
+    width, active, imbalance = _threads(node, machine)
     fill_terms(node, machine, active, feats)
     core = max(fp, loads, stores, frontend, counts["chain"])
     if machine.in_order:
@@ -442,6 +465,30 @@ def features(kernel: KernelIR, machine: Machine) -> Counter:
     for node in kernel.body:
         _nest_terms(node, machine, feats, tvm, allocations)
     feats["const"] = 1.0
+    return feats
+
+
+def memory_terms(kernel: KernelIR, machine: Machine) -> Counter:
+    """The cache-fill and DRAM terms of :func:`features` alone (``L<n>_fill_bytes``,
+    ``l<n>_fill_cycles``, ``dram_bytes``, ``dram_cycles``), with the same values."""
+    feats: Counter = Counter()
+    for node in kernel.body:
+        fill_terms(node, machine, _threads(node, machine)[1], feats)
+    return feats
+
+
+def loop_tree_bounds(kernel: KernelIR, machine: Machine) -> Counter:
+    """The loop tree's FP-pipe and reduction-chain bounds of :func:`features` alone
+    (``tir_fp_cycles``, ``tir_chain_cycles``: per thread, summed over the top-level nests),
+    with the same values."""
+    feats: Counter = Counter()
+    tvm = frozenset(tvm_unrolled(kernel))
+    allocations = {a.name: a for a in kernel.allocations}
+    for node in kernel.body:
+        _, counts = _nest_counts(node, machine, tvm, allocations)
+        _, active, imbalance = _threads(node, machine)
+        feats["tir_fp_cycles"] += _fp_cycles(counts, machine) / active * imbalance
+        feats["tir_chain_cycles"] += counts["chain"] / active * imbalance
     return feats
 
 

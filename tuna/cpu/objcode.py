@@ -17,7 +17,8 @@ from ..errors import AnalysisError
 from ..estimate import Estimate
 from ..ir import MachineCode
 from ..machine import Machine
-from . import disasm
+from .cfg import loops
+from .disassembly import ANONYMOUS, kernel_code
 
 #: Weight of a loop whose trip count cannot be read from the code (an assumption).
 UNKNOWN_TRIPS = 16
@@ -26,7 +27,7 @@ UNKNOWN_TRIPS = 16
 def code_cycles(code: MachineCode, machine: Machine, feats: Counter) -> float:
     """Throughput-bound cycles of one function, blocks weighted by loop trip counts."""
     weight = {b.start: 1.0 for b in code.blocks}
-    for lp in disasm.loops(code):
+    for lp in loops(code):
         trips = lp.trip_count
         if trips is None:
             feats["unknown_trip_loops"] += 1
@@ -49,7 +50,7 @@ def code_cycles(code: MachineCode, machine: Machine, feats: Counter) -> float:
 
 def estimate_objects(objects: list[bytes], machine: Machine) -> Estimate:
     """Estimate the run time of the kernel functions in ELF ``objects``."""
-    funcs = disasm.kernel_code(objects)
+    funcs = kernel_code(objects)
     if not funcs:
         raise AnalysisError("no kernel function found in the object code")
     feats: Counter = Counter()
@@ -57,7 +58,7 @@ def estimate_objects(objects: list[bytes], machine: Machine) -> Estimate:
     for code in funcs:
         c = code_cycles(code, machine, feats)
         # TVM outlines parallel loop bodies into functions (without symbols) run on every core at once.
-        cycles += c / machine.cores if code.function.startswith(disasm.ANONYMOUS) else c
+        cycles += c / machine.cores if code.function.startswith(ANONYMOUS) else c
         feats["functions"] += 1
     feats["cycles"] = cycles
     return Estimate(cycles / (machine.frequency_ghz * 1e9), "objcode", MappingProxyType(dict(feats)))

@@ -613,12 +613,12 @@ def compile_objects(mod: tvm.IRModule, machine: Machine) -> list[bytes]:
 
 def kernel_with_code(mod: tvm.IRModule, machine: Machine) -> ir.KernelIR:
     """The kernel IR of ``mod`` with its generated machine code attached (full tier input)."""
-    from ..cpu import disasm  # Capstone is only needed by the full tier
+    from ..cpu import disassembly  # Capstone is only needed by the full tier
 
     kernel = kernel_from_module(mod)
     if machine.kind != "cpu":
         raise AnalysisError(f"the full tier analyses CPU code; {machine.name} is a {machine.kind}")
-    return dataclasses.replace(kernel, code=disasm.kernel_code(compile_objects(mod, machine)))
+    return dataclasses.replace(kernel, code=disassembly.kernel_code(compile_objects(mod, machine)))
 
 
 # ---------------------------------------------------------------------------------------
@@ -776,9 +776,9 @@ class StaticRunner(PyRunner):
                 logger.warning("tuna: no nvcc, so StaticRunner predicts GPU candidates with the IR tier")
                 self._warned_nvcc = True
             return estimate_module(mod, self.machine, tier).seconds
-        from ..cpu import disasm, full_tier
+        from ..cpu import disassembly, full_tier
 
-        code = disasm.kernel_code(objcode.artifact_objects(artifact_path))
+        code = disassembly.kernel_code(objcode.artifact_objects(artifact_path))
         return full_tier.estimate(dataclasses.replace(kernel_from_module(mod), code=code), self.machine).seconds
 
     def run(self, runner_inputs) -> list[RunnerFuture]:

@@ -1,307 +1,22 @@
-"""Object code to instructions, basic blocks and loops (the only module that imports Capstone).
+"""Trip counts of machine loops, from the code around their induction registers.
 
-Reads the relocatable ELF objects TVM's LLVM backend writes (pyelftools), disassembles each
-kernel function with Capstone (x86-64 with AVX2/AVX-512, AArch64 with NEON), splits it into
-basic blocks, builds the control-flow graph and its natural loops (networkx), and recovers
-trip counts from each loop's induction compare and step where they are immediates.
+Recovers, for a natural loop of a function (:mod:`tuna.cpu.cfg`), how many times it runs
+per entry where the code shows it: the forms LLVM emits for counted loops (a step and a
+compare-and-branch on an immediate bound or a register holding a constant, counting to zero,
+testing in the header), starts that are constants written on the dominator chain or the
+exit value of the counted loop before, spilled counters reloaded in the latch, and
+two-iteration loops turned into flag tests (the paper's register value map). Works on
+:class:`~tuna.ir.Instruction` text and register lists only (no Capstone, no networkx import).
 """
 
 from __future__ import annotations
 
-import io
-import itertools
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cache
 
-import capstone
-import networkx as nx
-from elftools.elf.elffile import ELFFile
-from elftools.elf.relocation import RelocationSection
-
-from ..errors import UnsupportedISAError
-from ..ir import BasicBlock, Instruction, MachineCode
-
-_ELF_ISA = {"EM_X86_64": "x86-64", "EM_AARCH64": "aarch64"}
-_CAPSTONE = {
-    "x86-64": (capstone.CS_ARCH_X86, capstone.CS_MODE_64),
-    "aarch64": (capstone.CS_ARCH_ARM64, capstone.CS_MODE_ARM),
-}
-
-# Instruction classes by mnemonic prefix: ISA facts, apart from any machine's timing.
-_CLASSES = {
-    "x86-64": (
-        (("vfmadd", "vfnmadd", "vfmsub", "vfnmsub"), "fma"),
-        (("vaddp", "vsubp", "vadds", "vsubs", "vmaxp", "vminp"), "add"),
-        (("vmulp", "vmuls"), "mul"),
-        (("vdivp", "vdivs", "vsqrt"), "div"),
-    ),
-    "aarch64": (
-        (("fmla", "fmls", "fmadd", "fmsub"), "fma"),
-        (("fadd", "fsub", "fmax", "fmin"), "add"),
-        (("fmul",), "mul"),
-        (("fdiv", "fsqrt"), "div"),
-    ),
-}
-
-
-@dataclass(frozen=True)
-class LoopInfo:
-    """A natural loop of a function's control-flow graph."""
-
-    header: int
-    blocks: frozenset[int]
-    trip_count: int | None
-    parent: int | None = None
-    #: The loop leaves from its header: the header runs ``trip_count`` times, the other
-    #: blocks one time fewer (LLVM's unrotated loops, common for in-order cores).
-    exits_at_header: bool = False
-
-    def runs(self, block: int, trips: float) -> float:
-        """Runs of ``block`` of this loop when its header runs ``trips`` times."""
-        return trips - 1 if self.exits_at_header and block != self.header and trips >= 1 else trips
-
-
-#: Prefix of the names given to code that no symbol covers. LLVM emits TVM's outlined
-#: parallel-loop bodies as internal functions without a symbol table entry.
-ANONYMOUS = "anon@"
-#: Runtime helpers TVM links into every object: not part of the kernel.
-RUNTIME_HELPERS = ("__tvm_ffi_", "__tvm_set_raised", "__truncsfhf2", "__extendhfsf2", "__gnu_")
-#: Gaps shorter than this are alignment padding, not code.
-_MIN_ANONYMOUS_BYTES = 16
-_SHF_EXECINSTR = 0x4
-
-
-def read_functions(obj: bytes) -> list[tuple[str, str, int, bytes]]:
-    """``(isa, name, address, code)`` of every function in an ELF object.
-
-    Functions with a symbol come first; then each stretch of an executable section
-    that no symbol covers, named ``anon@<section>+<offset>`` (the outlined bodies of
-    parallel loops). Addresses are section offsets.
-    """
-    elf = ELFFile(io.BytesIO(obj))
-    isa = _ELF_ISA.get(elf["e_machine"])
-    if isa is None:
-        raise UnsupportedISAError(
-            f"object code for {elf['e_machine']} cannot be analysed; supported: x86-64, aarch64"
-        )
-    symtab = elf.get_section_by_name(".symtab")
-    funcs = []
-    covered: dict[int, list[tuple[int, int]]] = {}
-    for sym in symtab.iter_symbols() if symtab else ():
-        if sym["st_info"]["type"] != "STT_FUNC" or not sym["st_size"] or not isinstance(sym["st_shndx"], int):
-            continue
-        data = elf.get_section(sym["st_shndx"]).data()
-        start = sym["st_value"]
-        funcs.append((isa, sym.name, start, data[start : start + sym["st_size"]]))
-        covered.setdefault(sym["st_shndx"], []).append((start, start + sym["st_size"]))
-    unwind = _unwind_starts(elf)
-    for index, section in enumerate(elf.iter_sections()):
-        if not section["sh_flags"] & _SHF_EXECINSTR or section["sh_type"] != "SHT_PROGBITS":
-            continue
-        data = section.data()
-        pos = 0
-        for start, end in [*sorted(covered.get(index, [])), (len(data), len(data))]:
-            # Split a stretch where the unwind table says a function begins.
-            cuts = sorted({pos, start} | {s for s in unwind.get(index, ()) if pos < s < start})
-            for lo, hi in itertools.pairwise(cuts):
-                if hi - lo >= _MIN_ANONYMOUS_BYTES:
-                    funcs.append((isa, f"{ANONYMOUS}{section.name}+{lo:#x}", lo, data[lo:hi]))
-            pos = max(pos, end)
-    return funcs
-
-
-def _unwind_starts(elf: ELFFile) -> dict[int, set[int]]:
-    """Function start offsets per section index, from the unwind table's relocations.
-
-    Every function LLVM emits has a frame description entry whose start address is a
-    relocation against its section; that includes the outlined bodies without symbols,
-    which sit back to back in one stretch of ``.text``.
-    """
-    starts: dict[int, set[int]] = {}
-    for section in elf.iter_sections():
-        if not isinstance(section, RelocationSection) or not section.name.endswith("eh_frame"):
-            continue
-        symtab = elf.get_section(section["sh_link"])
-        for rel in section.iter_relocations():
-            sym = symtab.get_symbol(rel["r_info_sym"])
-            if isinstance(sym["st_shndx"], int):
-                starts.setdefault(sym["st_shndx"], set()).add(sym["st_value"] + rel["r_addend"])
-    return starts
-
-
-#: Mnemonics with a memory operand that touch no memory (address arithmetic, padding).
-_NO_MEMORY = ("lea", "nop", "prefetch", "adr")
-
-
-def kernel_code(objects: list[bytes]) -> tuple[MachineCode, ...]:
-    """The disassembled kernel functions of ELF ``objects`` (runtime helpers left out)."""
-    return tuple(
-        disassemble(*fn) for obj in objects for fn in read_functions(obj) if not fn[1].startswith(RUNTIME_HELPERS)
-    )
-
-
-def _classify(isa: str, ins) -> str:
-    mnem = ins.mnemonic
-    for prefixes, klass in _CLASSES[isa]:
-        if mnem.startswith(prefixes):
-            return klass
-    if ins.group(capstone.CS_GRP_CALL):
-        return "call"
-    if ins.group(capstone.CS_GRP_JUMP) or ins.group(capstone.CS_GRP_RET):
-        return "branch"
-    if mnem.startswith(_NO_MEMORY):
-        return "other"
-    mem_type = capstone.x86.X86_OP_MEM if isa == "x86-64" else capstone.arm64.ARM64_OP_MEM
-    if any(op.type == mem_type for op in ins.operands):
-        if isa == "x86-64":
-            writes_memory = ins.operands[0].type == mem_type and not mnem.startswith(("cmp", "test"))
-            return "store" if writes_memory else "load"
-        return "store" if mnem.startswith("st") else "load"
-    return "other"
-
-
-def _is_jump(ins) -> bool:
-    # Capstone puts AArch64's BL in the jump group too; a call returns, it does not branch (and
-    # in an object file its unrelocated target is the call itself).
-    return bool(ins.group(capstone.CS_GRP_JUMP)) and not ins.group(capstone.CS_GRP_CALL)
-
-
-def _branch_target(isa: str, ins) -> int | None:
-    if not _is_jump(ins):
-        return None
-    imm = capstone.x86.X86_OP_IMM if isa == "x86-64" else capstone.arm64.ARM64_OP_IMM
-    for op in reversed(ins.operands):
-        if op.type == imm:
-            return op.imm
-    return None
-
-
-def _is_unconditional(isa: str, mnem: str) -> bool:
-    return mnem in ("jmp",) if isa == "x86-64" else mnem in ("b", "br")
-
-
-#: What Capstone's detail mode says about an instruction text (registers read and written,
-#: class, jump, return, branch target), kept because decoding details is the slow part and
-#: candidates of one workload repeat most instruction texts.
-_INFO: dict[tuple[str, str, str], tuple] = {}
-_INFO_LIMIT = 200_000
-
-
-@cache
-def _decoders(isa: str) -> tuple[capstone.Cs, capstone.Cs]:
-    """A text-only and a detailed Capstone decoder for ``isa``."""
-    lite = capstone.Cs(*_CAPSTONE[isa])
-    md = capstone.Cs(*_CAPSTONE[isa])
-    md.detail = True
-    return lite, md
-
-
-_A64_COMPARES = frozenset({"cmp", "cmn", "tst"})
-#: Capstone's access lists name x16, x17, x29 and x30 by role; operand text uses the numbers.
-_A64_NAMES = {"fp": "x29", "lr": "x30", "ip0": "x16", "ip1": "x17"}
-
-
-def _info(isa: str, md: capstone.Cs, code: bytes, base: int, at: int, size: int, mnemonic: str, operands: str):
-    key = (isa, mnemonic, operands)
-    found = _INFO.get(key)
-    if found is None:
-        ins = next(md.disasm(code[at - base : at - base + size], at))
-        names = _A64_NAMES if isa == "aarch64" else {}
-        reads, writes = (tuple(names.get(n, n) for n in map(ins.reg_name, regs)) for regs in ins.regs_access())
-        if isa == "aarch64" and mnemonic in _A64_COMPARES:
-            # Capstone 5 reports the compared register of these aliases (subs/adds/ands with
-            # a zero destination) as written and not read, which would cut the dependency on
-            # the instruction computing it and hide a loop counter's step from data flow.
-            first = operands.split(",", 1)[0].strip()
-            reads, writes = (*reads, first), tuple(w for w in writes if w != first)
-        found = (
-            reads,
-            writes,
-            _classify(isa, ins),
-            _is_jump(ins),
-            bool(ins.group(capstone.CS_GRP_RET)),
-            _branch_target(isa, ins),
-        )
-        if len(_INFO) >= _INFO_LIMIT:
-            _INFO.clear()
-        _INFO[key] = found
-    return found
-
-
-def disassemble(isa: str, name: str, address: int, code: bytes) -> MachineCode:
-    """Disassemble one function into basic blocks with successors."""
-    if isa not in _CAPSTONE:
-        raise UnsupportedISAError(f"cannot disassemble {isa}; supported: {', '.join(_CAPSTONE)}")
-    lite, md = _decoders(isa)
-    # Text first (fast); Capstone's details only for instruction texts not seen before.
-    raw = list(lite.disasm_lite(code, address))
-    info = [_info(isa, md, code, address, *ins) for ins in raw]
-    end = address + len(code)
-    leaders = {address}
-    targets: dict[int, int | None] = {}
-    for (at, size, _, _), (_, _, _, jump, ret, tgt) in zip(raw, info):
-        if jump or ret:
-            leaders.add(at + size)
-            targets[at] = tgt
-            if tgt is not None and address <= tgt < end:
-                leaders.add(tgt)
-    blocks: list[BasicBlock] = []
-    current: list[Instruction] = []
-    for pos, (at, _, mnemonic, operands) in enumerate(raw):
-        reads, writes, klass, _, ret, _ = info[pos]
-        current.append(Instruction(at, mnemonic, operands, reads, writes, klass))
-        nxt = raw[pos + 1][0] if pos + 1 < len(raw) else end
-        if nxt in leaders or pos + 1 == len(raw):
-            succ = []
-            tgt = targets.get(at)
-            if tgt is not None and address <= tgt < end:
-                succ.append(tgt)
-            falls = not ret and not (at in targets and _is_unconditional(isa, mnemonic))
-            if falls and nxt < end:
-                succ.append(nxt)
-            blocks.append(BasicBlock(current[0].address, tuple(current), tuple(succ)))
-            current = []
-    return MachineCode(isa=isa, function=name, blocks=tuple(blocks))
-
-
-def loops(code: MachineCode) -> list[LoopInfo]:
-    """Natural loops, innermost first, with nesting and trip counts where the code shows them."""
-    if not code.blocks:
-        return []
-    graph = nx.DiGraph()
-    for blk in code.blocks:
-        graph.add_node(blk.start)
-        for s in blk.successors:
-            graph.add_edge(blk.start, s)
-    entry = code.blocks[0].start
-    idom = nx.immediate_dominators(graph, entry)
-
-    def dominates(a: int, b: int) -> bool:
-        while b != a and b in idom and idom[b] != b:
-            b = idom[b]
-        return b == a
-
-    found: dict[int, set[int]] = {}
-    latches: dict[int, list[int]] = {}
-    for src, dst in graph.edges:
-        if src in idom and dst in idom and dominates(dst, src):
-            body = {dst} | nx.ancestors(graph.subgraph(n for n in graph if dominates(dst, n)), src) | {src}
-            found.setdefault(dst, set()).update(body)
-            latches.setdefault(dst, []).append(src)
-    flow = _Flow(code.isa, {b.start: b for b in code.blocks}, graph, idom, found, latches)
-    ordered = sorted(found.items(), key=lambda hb: len(hb[1]))
-    result = []
-    for header, body in ordered:
-        parents = [h for h, b in ordered if h != header and body < b]
-        ind = flow.induction(header)
-        trips, at_header = (ind.trips, ind.exits_at_header) if ind else (None, False)
-        result.append(LoopInfo(header, frozenset(body), trips, parents[0] if parents else None, at_header))
-    return result
-
-
-# --- trip counts ------------------------------------------------------------------------
+from ..ir import Instruction
 
 _X86_32 = {f"e{r}": f"r{r}" for r in ("ax", "bx", "cx", "dx", "si", "di", "bp", "sp")}
 
@@ -404,7 +119,7 @@ def _movk(ins: Instruction) -> tuple[int, int] | None:
 
 
 @dataclass(frozen=True)
-class _Induction:
+class Induction:
     """How a counted loop runs: ``trips`` iterations; ``reg`` goes from ``init`` by ``step``."""
 
     trips: int
@@ -414,20 +129,34 @@ class _Induction:
     exits_at_header: bool = False  # ``trips`` counts the header's runs; the step runs one time fewer
 
 
-class _Flow:
+class LoopFlow:
     """One function's control flow and loops, for the constant values registers hold.
 
     A loop's induction is worked out on demand and kept, because the start of one loop's
     counter can be the exit value of the loop before it (LLVM reuses the register of
     consecutive unrolled copies: ``[0x8000, 0x10000)`` then ``[0x10000, 0x18000)``).
+
+    Parameters
+    ----------
+    isa : str
+        The function's instruction set.
+    by_start : dict
+        Basic blocks by start address.
+    graph : networkx.DiGraph
+        The control-flow graph over block start addresses.
+    idom : dict
+        Immediate dominator of each block.
+    bodies, latches : dict
+        Blocks and latches (sources of back edges) of each loop, by header.
     """
 
     def __init__(self, isa, by_start, graph, idom, bodies, latches):
         self.isa, self.by_start, self.graph, self.idom = isa, by_start, graph, idom
         self.bodies, self.latches = bodies, latches
-        self._inductions: dict[int, _Induction | None] = {}
+        self._inductions: dict[int, Induction | None] = {}
 
-    def induction(self, header: int) -> _Induction | None:
+    def induction(self, header: int) -> Induction | None:
+        """How the loop at ``header`` counts, or None where the code does not show it."""
         if header not in self._inductions:
             self._inductions[header] = None  # a loop whose start depends on itself has none
             self._inductions[header] = _induction(self, header)
@@ -469,7 +198,7 @@ class _Flow:
         return ind.init + (ind.trips - ind.exits_at_header) * ind.step if ind and ind.reg == reg else None
 
 
-def _induction(flow: _Flow, header: int) -> _Induction | None:
+def _induction(flow: LoopFlow, header: int) -> Induction | None:
     """Iterations from the latch's compare-and-branch and the induction register's step.
 
     Handles the forms LLVM emits for counted loops: ``add r, k; cmp r, B; jne`` (bound
@@ -514,7 +243,7 @@ def _induction(flow: _Flow, header: int) -> _Induction | None:
     def start_of(reg: str) -> int | None:
         return flow.value_before(reg, outside[0], into=header)
 
-    def trips(reg: str, bound: int, latch_instrs=(), pos: int = 0) -> _Induction | None:
+    def trips(reg: str, bound: int, latch_instrs=(), pos: int = 0) -> Induction | None:
         step, init = steps.get(reg, 0), start_of(reg)
         # A register reloaded in the latch (spilled induction variable) steps by what the
         # latch adds after the reload, whatever else reuses the register in the body.
@@ -537,7 +266,7 @@ def _induction(flow: _Flow, header: int) -> _Induction | None:
         if not step or init is None:
             return None
         n = -(-(bound - init) // step)
-        return _Induction(n, reg, init, step) if n > 0 else None
+        return Induction(n, reg, init, step) if n > 0 else None
 
     for latch in latches:
         instrs = by_start[latch].instructions
@@ -561,10 +290,10 @@ def _induction(flow: _Flow, header: int) -> _Induction | None:
     if (ind := _header_exit(flow, header, trips)) is not None:
         return ind
     n = _flag_trips(flow, header, outside[0])
-    return None if n is None else _Induction(n)
+    return None if n is None else Induction(n)
 
 
-def _header_exit(flow: _Flow, header: int, count: Callable[[str, int], _Induction | None]) -> _Induction | None:
+def _header_exit(flow: LoopFlow, header: int, count: Callable[[str, int], Induction | None]) -> Induction | None:
     """A loop that tests its counter in the header and leaves from there (``cbz x17, exit``).
 
     The latch only steps the counter and jumps back, so the header runs once more than
@@ -593,7 +322,7 @@ def _header_exit(flow: _Flow, header: int, count: Callable[[str, int], _Inductio
     if any(reg in (_reg64(w) for w in i.writes) for i in blk.instructions):
         return None  # stepped before its test: the header runs as often as the rest
     ind = count(reg, bound)
-    return None if ind is None else _Induction(ind.trips + 1, reg, ind.init, ind.step, exits_at_header=True)
+    return None if ind is None else Induction(ind.trips + 1, reg, ind.init, ind.step, exits_at_header=True)
 
 
 _X86_LOW = {
@@ -637,7 +366,7 @@ def _slot_value(slot: str, block: int, by_start, idom) -> int | None:
     return _imm(ops[1])
 
 
-def _flag_trips(flow: _Flow, header: int, preheader: int) -> int | None:
+def _flag_trips(flow: LoopFlow, header: int, preheader: int) -> int | None:
     """Iterations of a loop whose latch tests a flag register rather than a counter.
 
     LLVM turns a 2-iteration TIR loop into ``mov f, 1`` before the loop and ``test f, 1;
@@ -711,25 +440,3 @@ def _flag_trips(flow: _Flow, header: int, preheader: int) -> int | None:
         if (truth == _CONTINUE_IF_SET[last.mnemonic]) != goes_on_if_taken:
             return iteration
     return None
-
-
-
-# --- SIMD lanes ---------------------------------------------------------------------------
-
-_X86_WIDTH = (("zmm", 512), ("ymm", 256), ("xmm", 128))
-_X86_ELEMENT = (("ps", 32), ("pd", 64), ("ph", 16))
-_A64_ARRANGEMENT = re.compile(r"\.(\d+)([bhsd])\b")
-
-
-def lanes(isa: str, ins: Instruction) -> int:
-    """Data elements one arithmetic instruction works on (1 for scalar forms)."""
-    if isa == "x86-64":
-        mnem = ins.mnemonic
-        elem = next((bits for suffix, bits in _X86_ELEMENT if mnem.endswith(suffix)), 0)
-        if not elem:
-            return 1
-        dest = ins.operands.split(",", 1)[0]
-        width = next((bits for prefix, bits in _X86_WIDTH if prefix in dest), 128)
-        return width // elem
-    match = _A64_ARRANGEMENT.search(ins.operands.split(",", 1)[0])
-    return int(match.group(1)) if match else 1

@@ -1,4 +1,4 @@
-"""Joint TIR / machine-code loop mapping (the Tuna paper's Algorithm 1).
+"""Mapping of machine-code loops to TIR loops (the Tuna paper's Algorithm 1, "joint parsing").
 
 Trip counts are often invisible in optimised code (bounds in memory, two-iteration loops
 turned into flag tests, the per-thread chunk of a parallel loop), while the TIR knows every
@@ -11,7 +11,7 @@ for loops LLVM partially unrolled), and allowing a TIR loop to match again (LLVM
 loops when it unrolls an outer one).
 
 TVM outlines every parallel loop into a function of its own, run once per thread; those
-functions have no symbol (``disasm.ANONYMOUS``) and are matched to the parallel loops in
+functions have no symbol (:data:`tuna.cpu.disassembly.ANONYMOUS`) and are matched to the parallel loops in
 program order, with the parallel loop's trip count being one thread's share.
 """
 
@@ -26,7 +26,10 @@ import networkx as nx
 
 from ..ir import KernelIR, Loop, LoopKind, MachineCode, Node, walk
 from ..machine import Machine
-from . import disasm
+from .cfg import LoopInfo, loops
+from .disassembly import ANONYMOUS, RUNTIME_HELPERS
+from .isa import ARITHMETIC
+from .isa import lanes as instruction_lanes
 
 #: Trip count assumed for a machine loop neither the code nor the TIR explains (assumption).
 UNKNOWN_TRIPS = 4
@@ -93,7 +96,7 @@ class FunctionMap:
 
 def kernel_functions(code: tuple[MachineCode, ...]) -> tuple[MachineCode, ...]:
     """The functions that belong to the kernel (runtime helpers left out)."""
-    return tuple(f for f in code if not f.function.startswith(disasm.RUNTIME_HELPERS))
+    return tuple(f for f in code if not f.function.startswith(RUNTIME_HELPERS))
 
 
 def tvm_unrolled(kernel: KernelIR) -> set[str]:
@@ -170,10 +173,6 @@ def _compatible(trips: int | None, extent: int) -> int:
     return 1 if any(trips * u == extent for u in _UNROLL_FACTORS) else 0
 
 
-#: Arithmetic classes: TIR op classes and machine instruction classes alike.
-ARITHMETIC = ("fma", "add", "mul", "div")
-
-
 def _tir_signature(loop: Loop, rolled: set[str], lanes: Callable[[int], int]) -> tuple[int, int, int, int, int]:
     """Stores, arithmetic instructions, library calls, store lanes and arithmetic lanes of one iteration of ``loop``.
 
@@ -214,10 +213,10 @@ def _code_signature(code: MachineCode, blocks: frozenset[int]) -> tuple[int, int
                 if ins.klass == "store":
                     pair = 1 + ins.mnemonic.startswith("stp")
                     stores += pair
-                    store_lanes += pair * disasm.lanes(code.isa, ins)
+                    store_lanes += pair * instruction_lanes(code.isa, ins)
                 elif ins.klass in ARITHMETIC:
                     arith += 1
-                    arith_lanes += disasm.lanes(code.isa, ins)
+                    arith_lanes += instruction_lanes(code.isa, ins)
                 calls += ins.klass == "call"
     return stores, arith, calls, store_lanes, arith_lanes
 
@@ -259,9 +258,9 @@ def _map_function(
     stores around calls, or a reduction's store sunk out of an inner loop, alone do not make
     a loop unrolled).
     """
-    infos = disasm.loops(code)
+    infos = loops(code)
     by_header = {lp.header: lp for lp in infos}
-    children: dict[int | None, list[disasm.LoopInfo]] = {}
+    children: dict[int | None, list[LoopInfo]] = {}
     for lp in infos:
         children.setdefault(lp.parent, []).append(lp)
     for kids in children.values():
@@ -279,14 +278,14 @@ def _map_function(
     rolled_vars = {x.var for x in scope}
     left: dict[str, int] = {}  # TIR loop -> iterations the machine loops on it so far leave
 
-    def copies(lp: disasm.LoopInfo, tir: Loop) -> int:
+    def copies(lp: LoopInfo, tir: Loop) -> int:
         kids = children.get(lp.header, ())
         own = lp.blocks - frozenset().union(*(c.blocks for c in kids))
         # With no machine loop inside, LLVM unrolled the TIR loop's rolled inner loops fully.
         rolled = rolled_vars if kids else rolled_vars - _subtree_vars(tir)
         return _unroll_factor(_tir_signature(tir, rolled, lanes), _code_signature(code, own), innermost=not kids)
 
-    def assign(kids: list[disasm.LoopInfo], candidates: list[Loop]) -> None:
+    def assign(kids: list[LoopInfo], candidates: list[Loop]) -> None:
         cursor, unrolled = 0, None
         for lp in kids:
             known = lp.trip_count
@@ -341,7 +340,7 @@ def _map_function(
 
 
 def _branch_shares(
-    code: MachineCode, infos: list[disasm.LoopInfo], split: frozenset[int] = frozenset()
+    code: MachineCode, infos: list[LoopInfo], split: frozenset[int] = frozenset()
 ) -> dict[int, float]:
     """Share of the iterations of its enclosing loops (or of the call) in which each block runs.
 
@@ -358,7 +357,7 @@ def _branch_shares(
     """
     succ = {b.start: b.successors for b in code.blocks}
     by_header = {lp.header: lp for lp in infos}
-    innermost_of: dict[int, disasm.LoopInfo | None] = dict.fromkeys(succ)
+    innermost_of: dict[int, LoopInfo | None] = dict.fromkeys(succ)
     for lp in infos:  # innermost first: the first loop that holds a block is its innermost
         for blk in lp.blocks:
             if blk in succ and innermost_of[blk] is None:
@@ -436,9 +435,9 @@ def map_kernel(kernel: KernelIR, machine: Machine) -> tuple[FunctionMap, ...]:
     parallel loops in program order, each run on ``min(extent, machine.cores)`` threads.
     """
     funcs = kernel_functions(kernel.code)
-    named = [f for f in funcs if not f.function.startswith(disasm.ANONYMOUS)]
+    named = [f for f in funcs if not f.function.startswith(ANONYMOUS)]
     outlined = sorted(
-        (f for f in funcs if f.function.startswith(disasm.ANONYMOUS)), key=lambda f: f.blocks[0].start
+        (f for f in funcs if f.function.startswith(ANONYMOUS)), key=lambda f: f.blocks[0].start
     )
     rolled = _rolled(kernel)
     parallel = _parallel_loops(kernel)
@@ -472,7 +471,7 @@ def dynamic_counts(maps: tuple[FunctionMap, ...], isa: str) -> Counter:
                 counts[ins.klass] += w
                 counts["instructions"] += w
                 if ins.klass == "fma":
-                    counts["lanes_fma"] += w * disasm.lanes(isa, ins)
+                    counts["lanes_fma"] += w * instruction_lanes(isa, ins)
     return counts
 
 

@@ -1,0 +1,219 @@
+"""Block preparation: a block's micro-ops bound to one machine's timing, with their dependencies.
+
+:func:`prepare_block` turns decoded instructions into a :class:`Block` of parallel lists
+(timing class, registers read and written, latency, pipes and occupancy, scheduler) that
+the bounds and the schedulers walk, with the memory dependencies through addresses the
+block does not change (spill slots, reductions into one element). Eliminated moves and
+zeroing idioms become micro-ops that take a dispatch slot only.
+
+:func:`dependency_graph` is the diagnostic view of the same data: the true (RAW) and false
+(WAR, WAW) dependency edges between the micro-ops of a block, which the schedulers honour
+implicitly (an out-of-order core the RAW edges, an in-order core all three).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from ...ir import Instruction
+from ..isa import KINDS, check_isa
+from .decoding import decode
+from .microops import Decoded
+from .uarch_data import FALLBACK, WIDTH_KEYS, ClassTiming, Uarch
+
+#: Micro-op classes that never reach a pipe: they only take a dispatch slot.
+_NO_EXEC = frozenset({"nop", "zero"})
+
+
+@dataclass(frozen=True)
+class DependencyGraph:
+    """Register and memory dependencies between the micro-ops of a block.
+
+    Each edge is ``(producer, consumer, resource, carried)``: micro-op indices in program order,
+    the register (or ``mem``) it goes through, and whether it crosses into the next iteration
+    of the loop the block is the body of.
+
+    Attributes
+    ----------
+    raw : tuple
+        True dependencies (read after write).
+    war : tuple
+        Anti dependencies (write after read): a write must not overtake an earlier read.
+    waw : tuple
+        Output dependencies (write after write).
+    """
+
+    raw: tuple[tuple[int, int, str, bool], ...]
+    war: tuple[tuple[int, int, str, bool], ...]
+    waw: tuple[tuple[int, int, str, bool], ...]
+
+
+@dataclass
+class Block:
+    """A block's micro-ops as parallel lists (fast to walk)."""
+
+    instr_uops: list[range]
+    slots: list[int]
+    klass: list[str]
+    srcs: list[tuple[str, ...]]
+    dsts: list[tuple[str, ...]]
+    lat: list[float]
+    parts: list[tuple[tuple[tuple[int, ...], int], ...]]  # (pipes, integer occupancy)
+    exact: list[tuple[tuple[int, float], ...]]  # (pipe mask, exact occupancy)
+    mem_src: list[str | None]
+    mem_dst: list[str | None]
+    sched: list[int]
+    n_uops: int
+    counts: dict[str, int]
+    broadcasts: int
+
+
+def prepare_block(decoded: Sequence[Decoded], ua: Uarch, loop: bool) -> Block:
+    """The micro-ops of ``decoded`` with ``ua``'s timing, front-end slots and memory dependencies.
+
+    With ``loop``, a load before the store to its slot reads what the previous iteration stored.
+    """
+    instr_uops, slots = [], []
+    klass, srcs, dsts, lat, parts, exact, mem_src, mem_dst, sched = [], [], [], [], [], [], [], [], []
+    mems: list[tuple[int, bool, tuple]] = []
+    counts = dict.fromkeys(KINDS, 0)
+    broadcasts = 0
+    prev_fusible = False
+    for j, dec in enumerate(decoded):
+        start = len(klass)
+        nslots = dec.slots + (dec.unlaminated and ua.unlaminate_indexed)
+        is_branch = len(dec.uops) == 1 and dec.uops[0].klass == "branch"
+        if is_branch and prev_fusible and ua.macro_fusion:
+            nslots = 0
+        prev_fusible = dec.fusible
+        broadcasts += dec.broadcast
+        for u in dec.uops:
+            k = u.klass
+            if k in ("mov", "vmov") and ua.move_elimination:
+                k = "zero"
+            elif k == "zero" and not ua.zero_idioms:
+                k = "vlogic" if u.width > 64 else "alu"
+            t = ua.timing(k, u.width) if k not in _NO_EXEC else None
+            klass.append(k)
+            srcs.append(tuple(f"~{j}{r}" if r[0] == "~" else r for r in u.reads))
+            dsts.append(tuple(f"~{j}{w}" if w[0] == "~" else w for w in u.writes))
+            if t is None or not t.uops:
+                lat.append(0.0 if t is None else t.latency)
+                parts.append(())
+                exact.append(())
+                sched.append(-1)
+            else:
+                sched.append(ua.port_scheduler[t.uops[0][0]])
+                lat.append(t.latency)
+                parts.append(tuple((g, max(1, int(o + 0.5))) for g, o in zip(t.uops, t.occupancy)))
+                exact.append(tuple((sum(1 << p for p in g), o) for g, o in zip(t.uops, t.occupancy)))
+            mem_src.append(None)
+            mem_dst.append(None)
+            if u.mem is not None:
+                mems.append((len(klass) - 1, u.kind == "store", u.mem))
+            n = 2 if u.klass.endswith("_pair") else 1
+            counts[u.kind] += n
+        instr_uops.append(range(start, len(klass)))
+        slots.append(nslots)
+    # Memory dependencies through addresses the block does not change (spill slots, reductions
+    # into one element): store data -> later load of an overlapping range.
+    if mems and any(st for _, st, _ in mems):
+        written = {w for ws in dsts for w in ws}
+        stores: dict[str, list[tuple[int, tuple]]] = {}
+        for i, st, m in mems:
+            if st and not set(m[3]) & written:
+                stores.setdefault(m[0], []).append((i, m))
+        for i, st, m in mems:
+            if st or m[0] not in stores or set(m[3]) & written:
+                continue
+            off, size = m[1], m[2]
+            match = [s for s, sm in stores[m[0]] if sm[1] < off + size and off < sm[1] + sm[2]]
+            before = [s for s in match if s < i]
+            src = before[-1] if before else (match[-1] if loop and match else None)
+            if src is not None:
+                name = f"m{src}"
+                mem_src[i] = name
+                mem_dst[src] = name
+    return Block(instr_uops, slots, klass, srcs, dsts, lat, parts, exact, mem_src, mem_dst, sched, len(klass),
+                 counts, broadcasts)
+
+
+def dependency_graph(instructions: Sequence[Instruction], isa: str, *, loop: bool = True) -> DependencyGraph:
+    """RAW, WAR and WAW dependencies between the micro-ops of a block.
+
+    Parameters
+    ----------
+    instructions : sequence of Instruction
+        The block in program order.
+    isa : str
+        ``"x86-64"`` or ``"aarch64"``.
+    loop : bool, optional
+        Also list the edges that wrap around into the next iteration (marked carried).
+
+    Returns
+    -------
+    DependencyGraph
+        Edges between micro-op indices in the order of ``decode``'s micro-ops, instruction by
+        instruction. Memory dependencies (store data to a load of the same stack slot) appear
+        among the RAW edges with resource ``"mem"``. An out-of-order core renames registers and
+        so honours only the RAW edges; an in-order core honours all three kinds.
+    """
+    check_isa(isa)
+    decoded = [decode(ins, isa) for ins in instructions]
+    ua = _NEUTRAL
+    if not instructions:
+        return DependencyGraph((), (), ())
+    blk = prepare_block(decoded, ua, loop)
+    raw, war, waw = [], [], []
+    last_w: dict[str, int] = {}
+    readers: dict[str, list[int]] = {}  # reads since the last write
+    first_w: dict[str, int] = {}
+    exposed: dict[str, list[int]] = {}  # reads before the first write (fed by the previous iteration)
+    for u in range(blk.n_uops):
+        for r in blk.srcs[u]:
+            if r in last_w:
+                raw.append((last_w[r], u, r, False))
+            else:
+                exposed.setdefault(r, []).append(u)
+            readers.setdefault(r, []).append(u)
+        m = blk.mem_src[u]
+        if m is not None:
+            s = int(m[1:])
+            raw.append((s, u, "mem", s >= u))
+        for w in blk.dsts[u]:
+            if w in last_w:
+                waw.append((last_w[w], u, w, False))
+            else:
+                first_w[w] = u
+            war.extend((r, u, w, False) for r in readers.get(w, ()) if r != u)
+            readers[w] = []
+            last_w[w] = u
+    if loop:
+        for r, users in exposed.items():
+            if r in last_w:
+                raw.extend((last_w[r], u, r, True) for u in users)
+        for w, u in first_w.items():
+            waw.append((last_w[w], u, w, True))
+            war.extend((r, u, w, True) for r in readers.get(w, ()) if r != u)
+    return DependencyGraph(tuple(raw), tuple(war), tuple(dict.fromkeys(waw)))
+
+
+# A machine-neutral timing table for dependency_graph (only the micro-op structure matters).
+_NEUTRAL = Uarch(
+    name="neutral",
+    ports=("ALU",),
+    dispatch_width=1,
+    retire_width=1,
+    rob_size=0,
+    move_elimination=False,
+    zero_idioms=False,
+    macro_fusion=False,
+    unlaminate_indexed=False,
+    store_forward_latency=1.0,
+    schedulers=(),
+    port_scheduler=(-1,),
+    table=MappingProxyType({(k, w): ClassTiming(1.0, ((0,),), (1.0,), 1.0)
+                            for k in (*FALLBACK, "alu") for w in WIDTH_KEYS}),
+)

@@ -1,0 +1,284 @@
+"""Micro-architecture data: how one CPU preset executes each timing class.
+
+Reads ``tuna/data/uarch/<preset>.toml`` (pipes, front-end and window sizes, and per timing
+class and operand width the latency, the pipes a micro-op may issue to and the reciprocal
+throughput, each with its source named in the file) into an immutable :class:`Uarch`. The
+timing classes themselves, and which instructions belong to them, are ISA facts
+(:mod:`tuna.cpu.isa`); this module holds no mnemonic.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from types import MappingProxyType
+
+from ...errors import TargetError
+from ...machine import Machine
+from ..isa import check_isa
+
+#: A timing class missing from a data file is looked up as the next one here, then "alu".
+FALLBACK = MappingProxyType(
+    {
+        "fma": "fmul",
+        "fmul": "fadd",
+        "fadd": "vlogic",
+        "fcmp": "fadd",
+        "fcvt": "fadd",
+        "freduce": "fadd",
+        "fdiv": "fmul",
+        "fsqrt": "fdiv",
+        "frcp": "fmul",
+        "vialu": "vlogic",
+        "vimul": "fmul",
+        "vshift": "vialu",
+        "vshuffle": "vlogic",
+        "vperm": "vshuffle",
+        "vbroadcast": "vshuffle",
+        "vbroadcast_gpr": "vbroadcast",
+        "vblend": "vlogic",
+        "vmov": "vlogic",
+        "vmov_gpr": "vshuffle",
+        "vlogic": "alu",
+        "kmask": "alu",
+        "shift": "alu",
+        "alu_shift": "alu",
+        "lea": "alu",
+        "mov": "alu",
+        "movimm": "alu",
+        "cmov": "alu",
+        "wb": "alu",
+        "imul": "alu",
+        "idiv": "imul",
+        "branch": "alu",
+        "call": "branch",
+        "load": "alu",
+        "load_pair": "load",
+        "vload": "load",
+        "vload_pair": "vload",
+        "vload_dup": "vload",
+        "vload_lane": "vload_dup",
+        "vload_struct": "vload_dup",
+        "prefetch": "load",
+        "store_addr": "alu",
+        "store_data": "alu",
+        "vstore_data": "store_data",
+    }
+)
+
+#: Operand widths (bits) a data file may give timings for (``[class.X.w256]``).
+WIDTH_KEYS = (64, 128, 256, 512)
+
+
+@dataclass(frozen=True)
+class ClassTiming:
+    """How one machine executes one timing class at one operand width.
+
+    Attributes
+    ----------
+    latency : float
+        Cycles from the micro-op's issue to a dependent micro-op's earliest issue.
+    uops : tuple of tuple of int
+        For each pipe micro-op the class needs, the indices (into :attr:`Uarch.ports`) of the
+        pipes it may issue to; empty for work done at rename (eliminated moves, zero idioms).
+    occupancy : tuple of float
+        Cycles each of those micro-ops holds its pipe (reciprocal throughput times pipe count).
+    rthroughput : float
+        Reciprocal throughput of the class alone on the machine, in cycles per instruction.
+    """
+
+    latency: float
+    uops: tuple[tuple[int, ...], ...]
+    occupancy: tuple[float, ...]
+    rthroughput: float
+
+
+@dataclass(frozen=True)
+class Uarch:
+    """Execution resources and instruction timing of one CPU preset.
+
+    Attributes
+    ----------
+    name : str
+        Preset name (``tuna/data/targets/<name>.toml``).
+    ports : tuple of str
+        Names of the execution pipes.
+    dispatch_width : int
+        Front-end slots (x86 macro-ops, AArch64 instructions) renamed and dispatched a cycle;
+        instructions issued a cycle on an in-order core.
+    retire_width : int
+        Instructions retired a cycle.
+    rob_size : int
+        Reorder-buffer entries (0 for no limit or an in-order core).
+    move_elimination, zero_idioms, macro_fusion, unlaminate_indexed : bool
+        Whether register moves and zeroing idioms are handled at rename, compare-and-branch
+        pairs take one slot, and x86 load-op instructions with an indexed address take two.
+    store_forward_latency : float
+        Cycles from a store's data to a load of the same address.
+    schedulers : tuple of int
+        Entries of each scheduler (issue queue); dispatch stalls while the one a micro-op
+        needs is full of micro-ops waiting to issue.
+    port_scheduler : tuple of int
+        For each pipe, the index of the scheduler feeding it (-1 for none).
+    table : Mapping
+        ``(class, width) -> ClassTiming`` for every known class and width (64, 128, 256, 512).
+    """
+
+    name: str
+    ports: tuple[str, ...]
+    dispatch_width: int
+    retire_width: int
+    rob_size: int
+    move_elimination: bool
+    zero_idioms: bool
+    macro_fusion: bool
+    unlaminate_indexed: bool
+    store_forward_latency: float
+    schedulers: tuple[int, ...]
+    port_scheduler: tuple[int, ...]
+    table: Mapping[tuple[str, int], ClassTiming]
+
+    def timing(self, klass: str, width: int = 64) -> ClassTiming:
+        """Timing of ``klass`` at operand ``width`` bits (a class not known is an ALU op)."""
+        key = (klass, width_key(width))
+        found = self.table.get(key)
+        return found if found is not None else self.table[("alu", key[1])]
+
+
+def width_key(width: int) -> int:
+    """The smallest of :data:`WIDTH_KEYS` that holds ``width`` bits (512 beyond)."""
+    for w in WIDTH_KEYS:
+        if width <= w:
+            return w
+    return 512
+
+
+def _class_timing(spec: Mapping, ports: tuple[str, ...], where: str) -> ClassTiming:
+    index = {p: i for i, p in enumerate(ports)}
+
+    def pipes(names) -> tuple[int, ...]:
+        try:
+            return tuple(index[n] for n in names)
+        except KeyError as err:
+            raise TargetError(f"{where} names the pipe {err} the file does not declare in `ports`") from None
+
+    latency = float(spec.get("latency", 1))
+    if "uops" in spec:
+        groups = tuple(pipes(g) for g in spec["uops"])
+        occ = tuple(float(spec.get("occupancy", 1)) for _ in groups)
+        rtp = max(o / len(g) for o, g in zip(occ, groups)) if groups else 0.0
+        return ClassTiming(latency, groups, occ, float(spec.get("rthroughput", rtp)))
+    group = pipes(spec.get("ports", ()))
+    if not group:
+        return ClassTiming(latency, (), (), 0.0)
+    rtp = float(spec.get("rthroughput", 1.0 / len(group)))
+    return ClassTiming(latency, (group,), (rtp * len(group),), rtp)
+
+
+@cache
+def load_uarch(name: str) -> Uarch:
+    """Read ``tuna/data/uarch/<name>.toml`` (cached).
+
+    Parameters
+    ----------
+    name : str
+        Preset name, as in ``tuna/data/targets``.
+
+    Returns
+    -------
+    Uarch
+        The pipes, front-end and window sizes, and a timing for every known class and width.
+
+    Raises
+    ------
+    TargetError
+        If there is no data file for the preset or it is malformed.
+    """
+    path = resources.files("tuna.data").joinpath("uarch", f"{name}.toml")
+    if not path.is_file():
+        known = sorted(p.name[:-5] for p in resources.files("tuna.data").joinpath("uarch").iterdir()
+                       if p.name.endswith(".toml"))
+        raise TargetError(
+            f"no micro-architecture data for preset {name!r} (tuna/data/uarch/{name}.toml); "
+            f"known: {', '.join(known)}"
+        )
+    data = tomllib.loads(path.read_text())
+    try:
+        ports = tuple(data["ports"])
+        classes = data["class"]
+        table: dict[tuple[str, int], ClassTiming] = {}
+        specs: dict[tuple[str, int], dict] = {}
+        for klass, spec in classes.items():
+            base = {k: v for k, v in spec.items() if not k.startswith("w")}
+            for w in WIDTH_KEYS:
+                merged = dict(base)
+                over = spec.get(f"w{w}", {})
+                if "ports" in over or "uops" in over:
+                    merged.pop("ports", None)
+                    merged.pop("uops", None)
+                merged.update(over)
+                specs[(klass, w)] = merged
+        scheds = data.get("scheduler", [])
+        port_sched = [-1] * len(ports)
+        for q, sched in enumerate(scheds):
+            for name_ in sched["ports"]:
+                if name_ not in ports:
+                    raise TargetError(f"{name}.toml: scheduler names the undeclared pipe {name_!r}")
+                port_sched[ports.index(name_)] = q
+        if ("alu", 64) not in specs:
+            raise TargetError(f"{name}.toml has no [class.alu]")
+        for (klass, w), spec in specs.items():
+            table[(klass, w)] = _class_timing(spec, ports, f"{name}.toml [class.{klass}]")
+        for klass in set(FALLBACK) | {"alu"}:
+            for w in WIDTH_KEYS:
+                k = klass
+                while (k, w) not in table:
+                    k = FALLBACK.get(k, "alu")
+                table.setdefault((klass, w), table[(k, w)])
+        return Uarch(
+            name=data["name"],
+            ports=ports,
+            dispatch_width=int(data["dispatch_width"]),
+            retire_width=int(data.get("retire_width", data["dispatch_width"])),
+            rob_size=int(data.get("rob_size", 0)),
+            move_elimination=bool(data.get("move_elimination", False)),
+            zero_idioms=bool(data.get("zero_idioms", False)),
+            macro_fusion=bool(data.get("macro_fusion", False)),
+            unlaminate_indexed=bool(data.get("unlaminate_indexed", False)),
+            store_forward_latency=float(data.get("store_forward_latency", 5)),
+            schedulers=tuple(int(q["size"]) for q in scheds),
+            port_scheduler=tuple(port_sched),
+            table=MappingProxyType(table),
+        )
+    except KeyError as err:
+        raise TargetError(f"micro-architecture file {name}.toml lacks the field {err}") from None
+
+
+def uarch(machine: Machine | str) -> Uarch:
+    """The micro-architecture data of a CPU preset.
+
+    Parameters
+    ----------
+    machine : Machine or str
+        A CPU preset or its name.
+
+    Returns
+    -------
+    Uarch
+        As :func:`load_uarch` reads it.
+
+    Raises
+    ------
+    UnsupportedISAError
+        For a machine whose instruction set is not x86-64 or AArch64.
+    TargetError
+        When there is no data file for the preset.
+    """
+    if isinstance(machine, str):
+        return load_uarch(machine)
+    check_isa(machine.isa)
+    return load_uarch(machine.name)
+
