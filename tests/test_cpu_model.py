@@ -6,14 +6,8 @@ import pytest
 
 from tuna import machine
 from tuna.cpu.cache import data_movement
-from tuna.cpu.ir_tier import (
-    INSTRUCTION_KINDS,
-    codegen_loops,
-    estimate,
-    features,
-    statement_counts,
-    unrolled_loops,
-)
+from tuna.cpu.codegen import codegen_loops, unrolled_loops
+from tuna.cpu.ir_tier import INSTRUCTION_KINDS, estimate, features, statement_counts
 from tuna.ir import Access, Allocation, Index, KernelIR, Loop, LoopKind, Statement, walk
 
 
@@ -119,7 +113,7 @@ def test_library_calls_stay_scalar_in_unrolled_copies_and_vectorize_in_rolled_lo
 def test_tvm_unrolling_counts_sibling_statements():
     # Alone, j's 128 exp statements fit the step limit of 128; with a sibling under j, TVM's
     # UnrollLoop counts 256 and leaves j rolled, which the kernel's set tells the IR tier.
-    from tuna.cpu.loop_mapping import tvm_unrolled
+    from tuna.cpu.codegen import tvm_unrolled
 
     for sibling, unrolled in ((False, {"j"}), (True, set())):
         kernel = _exp_rows(128, sibling)

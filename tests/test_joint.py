@@ -13,7 +13,8 @@ import pytest
 
 from tuna import integration, machine
 from tuna.cpu import cfg, disassembly, full_tier, loop_mapping, objcode, trip_counts
-from tuna.cpu.isa import lanes
+from tuna.cpu.isa import arithmetic_class, lanes
+from tuna.cpu.simulator import decode
 from tuna.ir import Instruction, walk
 
 FIXTURES = Path(__file__).parent / "fixtures" / "objects"
@@ -178,6 +179,27 @@ def test_signed_immediates_and_lanes_of_simd_instructions():
     assert lanes("aarch64", Instruction(0, "fmla", "v0.4s, v1.4s, v2.s[0]", klass="fma")) == 4
     assert lanes("aarch64", Instruction(0, "fmadd", "s0, s1, s2, s3", klass="fma")) == 1
 
+
+
+def test_counting_classes_come_from_the_timing_classes_save_the_named_exceptions():
+    counted = {
+        "x86-64": {"vfmadd231ps": "fma", "vfnmsub213ss": "fma", "vaddps": "add", "vsubsd": "add",
+                   "vmaxps": "add", "vmulpd": "mul", "vdivps": "div", "vsqrtss": "div"},
+        "aarch64": {"fmla": "fma", "fmadd": "fma", "fadd": "add", "faddp": "add", "fmaxnmv": "add",
+                    "fmul": "mul", "fmulx": "mul", "fdiv": "div", "fsqrt": "div"},
+    }
+    # Timed (and counted by the simulator) as FP arithmetic, but counted "other" on instructions.
+    uncounted = {
+        "x86-64": ("addps", "mulps", "vmaxss", "vminsd", "vhaddps", "vhsubpd", "vpaddd", "vrsqrt14ps"),
+        "aarch64": ("fnmadd", "fnmsub", "fnmul", "fneg", "fabs", "fabd", "addv", "umaxv", "add", "mul"),
+    }
+    for isa_name, classes in counted.items():
+        for mnemonic, klass in classes.items():
+            assert arithmetic_class(isa_name, mnemonic) == klass, mnemonic
+        for mnemonic in uncounted[isa_name]:
+            assert arithmetic_class(isa_name, mnemonic) is None, mnemonic
+    fnmul = Instruction(0, "fnmul", "v0.4s, v1.4s, v2.4s", ("v1", "v2"), ("v0",))
+    assert decode(fnmul, "aarch64").uops[0].kind == "mul"
 
 def test_full_tier_needs_machine_code():
     kernel, preset = _kernel("gmm-1-c0-zen4")

@@ -3,7 +3,7 @@
 Per statement it counts SIMD arithmetic, loads and stores the way LLVM will emit them for
 TVM's loops: vectorized loops become vector instructions of the target's width, and LLVM's
 own full unrolling and auto-vectorization are applied to the loops TVM left serial
-(:func:`codegen_loops`); the innermost unrolled and vectorized loops form a register tile
+(:func:`tuna.cpu.codegen.codegen_loops`); the innermost unrolled and vectorized loops form a register tile
 in which each distinct vector is loaded once; loads invariant in the loops just outside
 the tile are hoisted while the tile fits in the vector registers. Reductions are bounded by
 the FMA latency over the updates independent of each accumulator (those inside the
@@ -23,7 +23,6 @@ tree's FP-pipe and reduction-chain bounds).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections import Counter
 from collections.abc import Mapping
@@ -36,17 +35,11 @@ from ..estimate import Estimate
 from ..ir import Access, Allocation, KernelIR, Loop, LoopKind, Statement, walk
 from ..machine import Machine
 from .cache import data_movement
-from .loop_mapping import tvm_unrolled
+from .codegen import codegen_loops, contiguous_in, rolled_around, tvm_unrolled, unrolled_loops
 from .simulator import uarch
 
 #: Instructions of loop control (increment, compare, branch) per iteration of a rolled loop.
 LOOP_OVERHEAD_INSTRUCTIONS = 2
-#: Size of an innermost loop nest (iterations times the statement's loads, stores and
-#: operations) up to which LLVM unrolls it completely: its full-unroll cost threshold at -O3
-#: (``-unroll-threshold``, 300) over the few cost units a simple instruction takes, approx.
-FULL_UNROLL_SIZE = 300
-#: Narrowest vector LLVM's loop vectorizer forms from a serial loop (lanes).
-MIN_AUTO_LANES = 4
 #: Instructions per lane with which a vector loop calls a scalar library function: extract
 #: the lane, insert the result, and spill and reload the vectors the call clobbers. LLVM's
 #: code for the rolled exp loops of the SFM-1 pool on Zen 4 has about five (candidate 6: 301
@@ -65,32 +58,6 @@ WORKSPACE_VALUES = 2
 INSTRUCTION_KINDS = ("fma", "add", "mul", "div", "special", "cast", "cmp", "load", "store")
 
 
-def unrolled_loops(loops: tuple[Loop, ...], tvm: frozenset[str] | None = None) -> set[str]:
-    """Variables of loops that TVM or LLVM unrolls.
-
-    Explicitly unrolled loops, and inner loops under a ``pragma_auto_unroll_max_step``
-    annotation while the product of their extents stays within the step limit; or, given
-    ``tvm`` (what TVM unrolls in the whole kernel, :func:`tuna.cpu.loop_mapping.tvm_unrolled`, which
-    also counts the sibling statements under a loop), those of ``loops`` among them.
-    """
-    unrolled = {lp.var for lp in loops if lp.kind == LoopKind.UNROLLED}
-    if tvm is not None:
-        return unrolled | {lp.var for lp in loops if lp.var in tvm}
-    max_step, start = 0, len(loops)
-    for pos, lp in enumerate(loops):
-        if lp.unroll_max_step:
-            max_step, start = lp.unroll_max_step, pos + 1
-    steps = 1
-    for lp in reversed(loops[start:]):
-        if lp.kind == LoopKind.VECTORIZED:
-            continue
-        steps *= lp.extent
-        if steps > max_step or lp.kind in (LoopKind.PARALLEL, LoopKind.THREAD):
-            break
-        unrolled.add(lp.var)
-    return unrolled
-
-
 @cache
 def _reorder_window(preset: str) -> int:
     """Reorder-buffer entries of the preset's core (0 without micro-architecture data)."""
@@ -98,68 +65,6 @@ def _reorder_window(preset: str) -> int:
         return uarch(preset).rob_size
     except TunaError:
         return 0
-
-
-def _contiguous_in(access: Access, var: str) -> bool:
-    """Whether consecutive iterations of ``var`` touch consecutive elements (unit stride, last dim)."""
-    if not access.indices or any(ix.depends_on(var) for ix in access.indices[:-1]):
-        return False
-    last = access.indices[-1]
-    return last.coeff(var) == 1 and var not in last.opaque
-
-
-def codegen_loops(
-    stmt: Statement, loops: tuple[Loop, ...], machine: Machine, tvm: frozenset[str] | None = None
-) -> tuple[Loop, ...]:
-    """``loops`` with the kinds LLVM gives them when it compiles TVM's loop nest.
-
-    Innermost serial loops small enough for LLVM's full unrolling become unrolled. When TVM
-    vectorized nothing, LLVM still does: the loop vectorizer takes the innermost rolled loop
-    and the SLP vectorizer the copies of an unrolled one, provided the loop runs over the
-    stored element's last dimension and every access is contiguous in it or independent of
-    it (floating-point reductions are not reordered without fast-math, so a reduction loop
-    stays scalar), and the statement has no condition (LLVM leaves conditional loads, such as
-    those of an inlined padding, scalar). The innermost such loop becomes vectorized.
-    """
-    if machine.in_order or not loops:
-        return loops
-    unrolled = unrolled_loops(loops, tvm)
-    region, full = _llvm_unrolling(stmt, loops, unrolled)
-    out = [dataclasses.replace(lp, kind=LoopKind.UNROLLED) if pos in full else lp for pos, lp in enumerate(loops)]
-    if any(lp.kind == LoopKind.VECTORIZED for lp in loops) or stmt.op_count("cmp"):
-        return tuple(out)  # vectorized by TVM already, or conditional loads (inlined padding)
-    writes = [a for a in stmt.accesses if a.write]
-    for pos in region:
-        lp = loops[pos]
-        if stmt.op_count("math") and (lp.var in unrolled or out[pos].kind == LoopKind.UNROLLED):
-            continue  # the SLP vectorizer leaves copies of library calls without a vector form scalar
-        if (
-            lp.extent >= MIN_AUTO_LANES
-            and writes
-            and all(_contiguous_in(w, lp.var) for w in writes)
-            and all(_contiguous_in(a, lp.var) or not a.depends_on(lp.var) for a in stmt.accesses)
-        ):
-            out[pos] = dataclasses.replace(lp, kind=LoopKind.VECTORIZED)
-            break
-    return tuple(out)
-
-
-def _llvm_unrolling(stmt: Statement, loops: tuple[Loop, ...], unrolled: set[str]) -> tuple[list[int], set[int]]:
-    """Positions of the innermost loops left to LLVM's loop passes, innermost first, and of
-    those among them it unrolls completely (TVM's ``unrolled`` count as unrolled already)."""
-    region, full = [], set()
-    size = len(stmt.accesses) + stmt.op_count()
-    for pos in range(len(loops) - 1, -1, -1):
-        lp = loops[pos]
-        if lp.kind != LoopKind.SERIAL and lp.var not in unrolled:
-            break
-        region.append(pos)
-        if lp.var not in unrolled:
-            if size * lp.extent > FULL_UNROLL_SIZE:
-                break  # the innermost loop LLVM keeps rolled
-            full.add(pos)
-        size *= lp.extent
-    return region, full
 
 
 def _vector_loop(loops: tuple[Loop, ...]) -> Loop | None:
@@ -171,14 +76,7 @@ def _vector_cost(access: Access, vec: Loop | None, hw_lanes: int) -> int:
     """Instructions one access needs per iteration of the vectorized loop."""
     if vec is None or not access.depends_on(vec.var):
         return 1
-    last = access.indices[-1] if access.indices else None
-    contiguous = (
-        last is not None
-        and last.coeff(vec.var) == 1
-        and not any(ix.depends_on(vec.var) for ix in access.indices[:-1])
-        and vec.var not in last.opaque
-    )
-    return math.ceil(vec.extent / hw_lanes) if contiguous else vec.extent
+    return math.ceil(vec.extent / hw_lanes) if contiguous_in(access, vec.var) else vec.extent
 
 
 def statement_counts(
@@ -265,23 +163,6 @@ def statement_counts(
         counts["call_block_ops"] = own + (LANE_CALL_INSTRUCTIONS * counts["math"] if vl > 1 else 0)
         counts["scalar_calls"] = counts["math"] if vl == 1 else 0
     return counts
-
-
-def rolled_around(stmt: Statement, loops: tuple[Loop, ...], machine: Machine, tvm: frozenset[str]) -> tuple[Loop, ...]:
-    """The loops of ``stmt`` that stay loops in the machine code (with the kinds LLVM gives them).
-
-    Statements with the same such loops share one straight-line run of code in the body of
-    the innermost: everything between is unrolled or vectorized by TVM. A loop LLVM's loop
-    vectorizer takes stays a loop (of vectors); those it unrolls completely do not.
-    """
-    unrolled = unrolled_loops(loops, tvm)
-    _, full = _llvm_unrolling(stmt, loops, unrolled) if not machine.in_order else ([], set())
-    code = codegen_loops(stmt, loops, machine, tvm)
-    return tuple(
-        code[pos]
-        for pos, lp in enumerate(loops)
-        if lp.var not in unrolled and lp.kind != LoopKind.VECTORIZED and pos not in full
-    )
 
 
 def _address_from(alloc: Allocation | None, inside: set[str]) -> str:

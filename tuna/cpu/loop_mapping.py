@@ -27,6 +27,7 @@ import networkx as nx
 from ..ir import KernelIR, Loop, LoopKind, MachineCode, Node, walk
 from ..machine import Machine
 from .cfg import LoopInfo, loops
+from .codegen import tvm_unrolled
 from .disassembly import ANONYMOUS, RUNTIME_HELPERS
 from .isa import ARITHMETIC
 from .isa import lanes as instruction_lanes
@@ -97,30 +98,6 @@ class FunctionMap:
 def kernel_functions(code: tuple[MachineCode, ...]) -> tuple[MachineCode, ...]:
     """The functions that belong to the kernel (runtime helpers left out)."""
     return tuple(f for f in code if not f.function.startswith(RUNTIME_HELPERS))
-
-
-def tvm_unrolled(kernel: KernelIR) -> set[str]:
-    """Variables of the loops TVM's ``UnrollLoop`` pass unrolls before code generation.
-
-    Explicitly unrolled loops, and, under a ``pragma_auto_unroll_max_step`` annotation,
-    every serial loop whose whole body runs at most that many statement instances
-    (vectorized loops count once: they become single vector instructions).
-    """
-    unrolled: set[str] = set()
-
-    def steps(node: Node, limit: int) -> int:
-        if not isinstance(node, Loop):
-            return 1
-        limit = node.unroll_max_step or limit
-        inner = sum(steps(child, limit) for child in node.body)
-        total = inner if node.kind == LoopKind.VECTORIZED else inner * node.extent
-        if node.kind == LoopKind.UNROLLED or (node.kind == LoopKind.SERIAL and total <= limit):
-            unrolled.add(node.var)
-        return total
-
-    for node in kernel.body:
-        steps(node, 0)
-    return unrolled
 
 
 def _rolled(kernel: KernelIR) -> list[tuple[Loop, tuple[Loop, ...]]]:

@@ -1,0 +1,153 @@
+"""What TVM's and LLVM's code generation make of the loop tree: which loops stay loops.
+
+TVM's ``UnrollLoop`` pass unrolls explicitly unrolled loops and small loops under a
+``pragma_auto_unroll_max_step`` annotation (:func:`tvm_unrolled`, :func:`unrolled_loops`);
+LLVM then unrolls small innermost loops completely and vectorizes the innermost loop TVM
+left serial where its accesses allow (:func:`codegen_loops`). The loops left over are the
+machine code's loops (:func:`rolled_around`). Both tiers use this: the IR tier to count
+instructions the way LLVM emits them, the loop mapping to know which TIR loops can match a
+machine loop. Pure functions of the loop tree and the machine description.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..ir import Access, KernelIR, Loop, LoopKind, Node, Statement
+from ..machine import Machine
+
+#: Size of an innermost loop nest (iterations times the statement's loads, stores and
+#: operations) up to which LLVM unrolls it completely: its full-unroll cost threshold at -O3
+#: (``-unroll-threshold``, 300) over the few cost units a simple instruction takes, approx.
+FULL_UNROLL_SIZE = 300
+#: Narrowest vector LLVM's loop vectorizer forms from a serial loop (lanes).
+MIN_AUTO_LANES = 4
+
+
+def tvm_unrolled(kernel: KernelIR) -> set[str]:
+    """Variables of the loops TVM's ``UnrollLoop`` pass unrolls before code generation.
+
+    Explicitly unrolled loops, and, under a ``pragma_auto_unroll_max_step`` annotation,
+    every serial loop whose whole body runs at most that many statement instances
+    (vectorized loops count once: they become single vector instructions).
+    """
+    unrolled: set[str] = set()
+
+    def steps(node: Node, limit: int) -> int:
+        if not isinstance(node, Loop):
+            return 1
+        limit = node.unroll_max_step or limit
+        inner = sum(steps(child, limit) for child in node.body)
+        total = inner if node.kind == LoopKind.VECTORIZED else inner * node.extent
+        if node.kind == LoopKind.UNROLLED or (node.kind == LoopKind.SERIAL and total <= limit):
+            unrolled.add(node.var)
+        return total
+
+    for node in kernel.body:
+        steps(node, 0)
+    return unrolled
+
+
+def unrolled_loops(loops: tuple[Loop, ...], tvm: frozenset[str] | None = None) -> set[str]:
+    """Variables of loops that TVM or LLVM unrolls.
+
+    Explicitly unrolled loops, and inner loops under a ``pragma_auto_unroll_max_step``
+    annotation while the product of their extents stays within the step limit; or, given
+    ``tvm`` (what TVM unrolls in the whole kernel, :func:`tvm_unrolled`, which
+    also counts the sibling statements under a loop), those of ``loops`` among them.
+    """
+    unrolled = {lp.var for lp in loops if lp.kind == LoopKind.UNROLLED}
+    if tvm is not None:
+        return unrolled | {lp.var for lp in loops if lp.var in tvm}
+    max_step, start = 0, len(loops)
+    for pos, lp in enumerate(loops):
+        if lp.unroll_max_step:
+            max_step, start = lp.unroll_max_step, pos + 1
+    steps = 1
+    for lp in reversed(loops[start:]):
+        if lp.kind == LoopKind.VECTORIZED:
+            continue
+        steps *= lp.extent
+        if steps > max_step or lp.kind in (LoopKind.PARALLEL, LoopKind.THREAD):
+            break
+        unrolled.add(lp.var)
+    return unrolled
+
+
+def contiguous_in(access: Access, var: str) -> bool:
+    """Whether consecutive iterations of ``var`` touch consecutive elements (unit stride, last dim)."""
+    if not access.indices or any(ix.depends_on(var) for ix in access.indices[:-1]):
+        return False
+    last = access.indices[-1]
+    return last.coeff(var) == 1 and var not in last.opaque
+
+
+def codegen_loops(
+    stmt: Statement, loops: tuple[Loop, ...], machine: Machine, tvm: frozenset[str] | None = None
+) -> tuple[Loop, ...]:
+    """``loops`` with the kinds LLVM gives them when it compiles TVM's loop nest.
+
+    Innermost serial loops small enough for LLVM's full unrolling become unrolled. When TVM
+    vectorized nothing, LLVM still does: the loop vectorizer takes the innermost rolled loop
+    and the SLP vectorizer the copies of an unrolled one, provided the loop runs over the
+    stored element's last dimension and every access is contiguous in it or independent of
+    it (floating-point reductions are not reordered without fast-math, so a reduction loop
+    stays scalar), and the statement has no condition (LLVM leaves conditional loads, such as
+    those of an inlined padding, scalar). The innermost such loop becomes vectorized.
+    """
+    if machine.in_order or not loops:
+        return loops
+    unrolled = unrolled_loops(loops, tvm)
+    region, full = _llvm_unrolling(stmt, loops, unrolled)
+    out = [dataclasses.replace(lp, kind=LoopKind.UNROLLED) if pos in full else lp for pos, lp in enumerate(loops)]
+    if any(lp.kind == LoopKind.VECTORIZED for lp in loops) or stmt.op_count("cmp"):
+        return tuple(out)  # vectorized by TVM already, or conditional loads (inlined padding)
+    writes = [a for a in stmt.accesses if a.write]
+    for pos in region:
+        lp = loops[pos]
+        if stmt.op_count("math") and (lp.var in unrolled or out[pos].kind == LoopKind.UNROLLED):
+            continue  # the SLP vectorizer leaves copies of library calls without a vector form scalar
+        if (
+            lp.extent >= MIN_AUTO_LANES
+            and writes
+            and all(contiguous_in(w, lp.var) for w in writes)
+            and all(contiguous_in(a, lp.var) or not a.depends_on(lp.var) for a in stmt.accesses)
+        ):
+            out[pos] = dataclasses.replace(lp, kind=LoopKind.VECTORIZED)
+            break
+    return tuple(out)
+
+
+def _llvm_unrolling(stmt: Statement, loops: tuple[Loop, ...], unrolled: set[str]) -> tuple[list[int], set[int]]:
+    """Positions of the innermost loops left to LLVM's loop passes, innermost first, and of
+    those among them it unrolls completely (TVM's ``unrolled`` count as unrolled already)."""
+    region, full = [], set()
+    size = len(stmt.accesses) + stmt.op_count()
+    for pos in range(len(loops) - 1, -1, -1):
+        lp = loops[pos]
+        if lp.kind != LoopKind.SERIAL and lp.var not in unrolled:
+            break
+        region.append(pos)
+        if lp.var not in unrolled:
+            if size * lp.extent > FULL_UNROLL_SIZE:
+                break  # the innermost loop LLVM keeps rolled
+            full.add(pos)
+        size *= lp.extent
+    return region, full
+
+
+def rolled_around(stmt: Statement, loops: tuple[Loop, ...], machine: Machine, tvm: frozenset[str]) -> tuple[Loop, ...]:
+    """The loops of ``stmt`` that stay loops in the machine code (with the kinds LLVM gives them).
+
+    Statements with the same such loops share one straight-line run of code in the body of
+    the innermost: everything between is unrolled or vectorized by TVM. A loop LLVM's loop
+    vectorizer takes stays a loop (of vectors); those it unrolls completely do not.
+    """
+    unrolled = unrolled_loops(loops, tvm)
+    _, full = _llvm_unrolling(stmt, loops, unrolled) if not machine.in_order else ([], set())
+    code = codegen_loops(stmt, loops, machine, tvm)
+    return tuple(
+        code[pos]
+        for pos, lp in enumerate(loops)
+        if lp.var not in unrolled and lp.kind != LoopKind.VECTORIZED and pos not in full
+    )
