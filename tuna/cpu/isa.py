@@ -148,19 +148,21 @@ def scalar_class(isa: str, mnemonic: str) -> str:
     return next((k for prefixes, k in _SCALAR_RULES[isa] if mnemonic.startswith(prefixes)), "alu")
 
 
-# The instructions' counting class (:attr:`tuna.ir.Instruction.klass`) is the counting category
-# of their timing class, for the arithmetic categories, except for these, which the instruction
-# counts (and so the fitted coefficients of the linear model) have always left as "other":
-#: x86: only the VEX/EVEX forms (``v...``) count: TVM's LLVM targets with AVX never emit the
-#: legacy SSE ones, and LLVM's scalar FP code (``addss``) is not the kernel's arithmetic.
+# The counting class of an instruction (:attr:`tuna.ir.Instruction.klass`) is the counting
+# category of its timing class where that is arithmetic (fma, add, mul, div), save the forms
+# below, counted "other". The instruction counts feed features whose coefficients were fitted
+# with these forms left out, so they stay left out; the simulator's micro-op counts include them.
+#: x86: only the VEX/EVEX forms (``v...``); LLVM emits the legacy SSE encodings only for
+#: targets without AVX.
 _X86_COUNTED_PREFIX = "v"
 #: x86: scalar max/min (compare-and-select) and horizontal add/subtract (shuffles and adds).
 _X86_UNCOUNTED = ("maxs", "mins", "hadd", "hsub")
-#: AArch64: negated forms (``fnmadd``, ``fnmsub``, ``fnmul``, ``fneg``), absolute values and
-#: differences (``fabs``, ``fabd``); and integer reductions (``addv``, ``umaxv``, ...), which
-#: share the FP reductions' timing class: only FP mnemonics (``f...``) count.
-_A64_UNCOUNTED = ("fn", "fab")
+#: AArch64: only FP mnemonics (``f...``): the integer reductions (``addv``, ``umaxv``, ...)
+#: share the FP reductions' timing class.
 _A64_COUNTED_PREFIX = "f"
+#: AArch64: negated forms (``fnmadd``, ``fnmsub``, ``fnmul``, ``fneg``), absolute values and
+#: differences (``fabs``, ``fabd``).
+_A64_UNCOUNTED = ("fn", "fab")
 
 
 def arithmetic_class(isa: str, mnemonic: str) -> str | None:
