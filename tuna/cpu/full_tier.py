@@ -1,11 +1,13 @@
 """The CPU full tier: TIR and generated machine code analysed together.
 
 Every basic block of the kernel's functions is timed by the out-of-order (or in-order)
-simulator and weighted by how often it runs, from the joint loop mapping; the parallel
-bodies run on their share of the cores. From the TIR loop tree, through the IR tier, come
-the cache fills (integer-set data movement) and two bounds the machine code alone
-under-weights: FP-pipe pressure (divisions included) and reduction chains. The linear model
-of :mod:`tuna.linear` turns the resulting cycle terms into seconds.
+simulator and weighted by how often it runs, from the loop mapping
+(:mod:`tuna.cpu.loop_mapping`); the parallel bodies run on their share of the cores. From
+the TIR loop tree come, through the IR tier, the cache fills and DRAM traffic (integer-set
+data movement, :func:`tuna.cpu.ir_tier.memory_terms`) and two bounds the machine code alone
+under-weights (:func:`tuna.cpu.ir_tier.loop_tree_bounds`): FP-pipe pressure (divisions
+included) and reduction chains. The linear model of :mod:`tuna.linear` turns the resulting
+cycle terms into seconds.
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ for loops LLVM partially unrolled), and allowing a TIR loop to match again (LLVM
 loops when it unrolls an outer one).
 
 TVM outlines every parallel loop into a function of its own, run once per thread; those
-functions have no symbol (:data:`tuna.cpu.disassembly.ANONYMOUS`) and are matched to the parallel loops in
-program order, with the parallel loop's trip count being one thread's share.
+functions have no symbol (:data:`tuna.cpu.disassembly.ANONYMOUS`) and are matched to the
+parallel loops in program order, with the parallel loop's trip count being one thread's share.
 """
 
 from __future__ import annotations
