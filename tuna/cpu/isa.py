@@ -185,6 +185,29 @@ def arithmetic_class(isa: str, mnemonic: str) -> str | None:
 
 
 # --------------------------------------------------------------------------------------------
+# Register aliases
+# --------------------------------------------------------------------------------------------
+
+#: x86 general-purpose registers and the narrower registers that are their low parts
+#: (32-bit, 16-bit, low byte); writing the 32-bit one clears the upper half.
+X86_GPR_ALIASES = MappingProxyType(
+    {
+        "rax": ("eax", "ax", "al"),
+        "rbx": ("ebx", "bx", "bl"),
+        "rcx": ("ecx", "cx", "cl"),
+        "rdx": ("edx", "dx", "dl"),
+        "rsi": ("esi", "si", "sil"),
+        "rdi": ("edi", "di", "dil"),
+        "rbp": ("ebp", "bp", "bpl"),
+        "rsp": ("esp", "sp", "spl"),
+        **{f"r{i}": (f"r{i}d", f"r{i}w", f"r{i}b") for i in range(8, 16)},
+    }
+)
+#: x86 high-byte registers (bits 8-15 of the first four).
+X86_HIGH_BYTES = MappingProxyType({"ah": "rax", "bh": "rbx", "ch": "rcx", "dh": "rdx"})
+
+
+# --------------------------------------------------------------------------------------------
 # Operand widths and lanes
 # --------------------------------------------------------------------------------------------
 

@@ -17,16 +17,17 @@ from dataclasses import dataclass
 from functools import cache
 
 from ..ir import Instruction
+from .isa import X86_GPR_ALIASES
 
-_X86_32 = {f"e{r}": f"r{r}" for r in ("ax", "bx", "cx", "dx", "si", "di", "bp", "sp")}
+#: The x86 32-bit registers, and all the low parts, by the register they belong to.
+_X86_32 = {names[0]: full for full, names in X86_GPR_ALIASES.items()}
+_X86_LOW = {name: full for full, names in X86_GPR_ALIASES.items() for name in names}
 
 
 def _reg64(reg: str) -> str:
     """The full-width register a 32-bit alias writes (eax -> rax, r8d -> r8, w3 -> x3)."""
     if reg in _X86_32:
         return _X86_32[reg]
-    if reg.startswith("r") and reg.endswith("d") and reg[1:-1].isdigit():
-        return reg[:-1]
     if reg.startswith("w") and reg[1:].isdigit():
         return "x" + reg[1:]
     return reg
@@ -325,12 +326,6 @@ def _header_exit(flow: LoopFlow, header: int, count: Callable[[str, int], Induct
     return None if ind is None else Induction(ind.trips + 1, reg, ind.init, ind.step, exits_at_header=True)
 
 
-_X86_LOW = {
-    **{f"{r}l": f"r{r}x" for r in "abcd"},
-    **{f"{r}x": f"r{r}x" for r in "abcd"},
-    **{f"{r}l": f"r{r}" for r in ("si", "di", "bp", "sp")},
-    **{r: f"r{r}" for r in ("si", "di", "bp", "sp")},
-}
 _CONTINUE_IF_SET = {"jne": True, "jnz": True, "je": False, "jz": False, "tbnz": True, "tbz": False,
                     "cbnz": True, "cbz": False}
 #: Iterations the flag-loop interpreter follows before giving up.
@@ -338,11 +333,12 @@ _FLAG_LIMIT = 16
 
 
 def _full(reg: str) -> str:
-    """The architectural register any alias names (dl -> rdx, r8b -> r8, w3 -> x3)."""
+    """The architectural register any low-part alias names (dl -> rdx, r8b -> r8, w3 -> x3).
+
+    The x86 high bytes (``ah``) are not followed: LLVM keeps no counters or flags in them.
+    """
     if reg in _X86_LOW:
         return _X86_LOW[reg]
-    if reg.startswith("r") and reg[-1] in "bwd" and reg[1:-1].isdigit():
-        return reg[:-1]
     return _reg64(reg)
 
 

@@ -11,25 +11,13 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from ..isa import WORD, X86_VECTOR_BITS
+from ..isa import WORD, X86_GPR_ALIASES, X86_HIGH_BYTES, X86_VECTOR_BITS
 
-_X86_GPR = {}
-for _full, _names in {
-    "rax": ("eax", "ax", "al", "ah"),
-    "rbx": ("ebx", "bx", "bl", "bh"),
-    "rcx": ("ecx", "cx", "cl", "ch"),
-    "rdx": ("edx", "dx", "dl", "dh"),
-    "rsi": ("esi", "si", "sil"),
-    "rdi": ("edi", "di", "dil"),
-    "rbp": ("ebp", "bp", "bpl"),
-    "rsp": ("esp", "sp", "spl"),
-}.items():
+_X86_GPR = {**X86_HIGH_BYTES}
+for _full, _names in X86_GPR_ALIASES.items():
     _X86_GPR[_full] = _full
     for _n in _names:
         _X86_GPR[_n] = _full
-for _i in range(8, 16):
-    for _sfx in ("", "d", "w", "b"):
-        _X86_GPR[f"r{_i}{_sfx}"] = f"r{_i}"
 for _i in range(32):
     for _p in X86_VECTOR_BITS:
         _X86_GPR[f"{_p}{_i}"] = f"v{_i}"
