@@ -1,16 +1,18 @@
 """Instruction-set facts of x86-64 and AArch64, written once, apart from any machine's timing.
 
 What an instruction *is* (its timing class, the counting category of that class, the width
-of its operands and the data lanes it works on) is a fact of the instruction set; how fast
-one machine executes each timing class is data, in ``tuna/data/uarch/<preset>.toml``. Both
-consumers derive what they need from here:
+of its operands and the data lanes it works on, the registers its operands alias) is a fact
+of the instruction set; how fast one machine executes each timing class is data, in
+``tuna/data/uarch/<preset>.toml``. Every consumer derives what it needs from here:
 
 - the simulator's decoders (:mod:`tuna.cpu.simulator.decode_x86`,
   :mod:`tuna.cpu.simulator.decode_aarch64`) look up the timing class of each micro-op with
   :func:`vector_class` / :func:`scalar_class` and its counting category with :data:`KIND_OF`;
 - disassembly (:mod:`tuna.cpu.disassembly`) gives each instruction the counting class of
   its timing class (:func:`arithmetic_class`), save the few named exceptions there;
-- the loop mapping counts lanes with :func:`lanes`.
+- the loop mapping counts lanes with :func:`lanes`;
+- the simulator's register names (:mod:`tuna.cpu.simulator.registers`) and the trip-count
+  recovery (:mod:`tuna.cpu.trip_counts`) alias x86 registers with :data:`X86_GPR_ALIASES`.
 
 This module imports nothing of tuna but :mod:`tuna.errors` and :mod:`tuna.ir` (no Capstone, no
 timing data).
