@@ -143,12 +143,12 @@ class Uarch:
 
     def timing(self, klass: str, width: int = 64) -> ClassTiming:
         """Timing of ``klass`` at operand ``width`` bits (a class not known is an ALU op)."""
-        key = (klass, width_key(width))
+        key = (klass, _width_key(width))
         found = self.table.get(key)
         return found if found is not None else self.table[("alu", key[1])]
 
 
-def width_key(width: int) -> int:
+def _width_key(width: int) -> int:
     """The smallest of :data:`WIDTH_KEYS` that holds ``width`` bits (512 beyond)."""
     for w in WIDTH_KEYS:
         if width <= w:
