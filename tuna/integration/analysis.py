@@ -4,7 +4,7 @@ Which analysis runs for a machine kind and a tier is :mod:`tuna.tiers`. Decided 
 only whether the tier analyses compiled code (the full tier does) and, per machine kind,
 the function that compiles the module and attaches its code to the kernel IR
 (:data:`_WITH_CODE`). Also here: MetaSchedule traces applied and analysed
-(:func:`apply_trace`, :func:`estimate_trace`) and the tier :class:`StaticRunner` predicts
+(:func:`apply_trace`, :func:`estimate_trace`) and the tier :class:`~tuna.integration.StaticRunner` predicts
 with (:func:`runner_tier`).
 """
 
@@ -98,7 +98,7 @@ def estimate_module(mod: tvm.IRModule, machine: Machine, tier: str = "ir") -> Es
 
 
 def runner_tier(machine: Machine) -> str:
-    """The tier :class:`StaticRunner` predicts with: ``"full"``, or ``"ir"`` on a GPU without nvcc."""
+    """The tier :class:`~tuna.integration.StaticRunner` predicts with: ``"full"``, or ``"ir"`` on a GPU without nvcc."""
     from ..gpu import nvcc
 
     return "full" if machine.kind == "cpu" or nvcc.find_nvcc() is not None else "ir"

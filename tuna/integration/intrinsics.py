@@ -47,7 +47,7 @@ def load_tensor_intrinsics() -> None:
     The parser reads only the frames and their current lines, so the import is done here
     with :func:`_frames` standing in for ``inspect.stack``: 1.8 s, and the same 112
     intrinsics register (the structural hashes of their descriptions and implementations
-    compared equal). Called by :func:`new_tune_context`, by :class:`TunaCostModel` (before
+    compared equal). Called by :func:`new_tune_context`, by :class:`~tuna.integration.TunaCostModel` (before
     ``tune_tir`` makes its own TuneContext) and at the start of each builder worker; a no-op
     once the module is loaded.
     """

@@ -47,7 +47,7 @@ def _fused(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
 
 
 def network_tasks(name: str, target: Any, machine: str | None = None) -> list[Any]:
-    """MetaSchedule's tuning tasks of a network (:mod:`.networks`) for ``target``."""
+    """MetaSchedule's tuning tasks of a network (:mod:`tuna.integration.networks`) for ``target``."""
     tgt = tvm_target(as_machine(target, machine))
     return ms.relax_integration.extract_tasks(_fused(networks.relax_module(name), tgt), tgt)
 

@@ -30,6 +30,7 @@ from ...estimate import WORST_SCORE, seconds_from_score
 from ...machine import Machine
 from ...search import es as es_mod
 from ...search import workers as workers_mod
+from ...tiers import TIERS
 from ..runner import Prediction, Predictions, structural_key
 from ..workloads import as_machine, plain_json
 from .design_space import build, spaces_from_schedules
@@ -148,7 +149,7 @@ class ESSearch(PySearchStrategy):
         config: es_mod.ESConfig | None = None,
     ) -> None:
         super().__init__()
-        if score not in ("model", "ir", "full"):
+        if score not in ("model", *TIERS):
             raise TunaError(f"ESSearch(score={score!r}): choose model, ir or full")
         if rerank < 0 or (rerank and score != "ir"):
             raise TunaError(f"ESSearch(rerank={rerank}): re-ranking needs score='ir' and a factor >= 0")
