@@ -21,7 +21,7 @@ setup(
         "numpy",
         "networkx",
         "islpy",
-        "capstone>=5,<6",  # the AArch64 compare-alias workaround in tuna/cpu/disasm.py is for 5.x
+        "capstone>=5,<6",  # the AArch64 compare-alias workaround in tuna/cpu/disassembly.py is for 5.x
         "pyelftools",
         "psutil",
         "cloudpickle",

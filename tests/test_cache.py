@@ -9,8 +9,9 @@ from collections import OrderedDict
 
 import pytest
 
-from tuna import footprint, machine
+from tuna import machine
 from tuna.cpu import cache
+from tuna.gpu import footprint
 from tuna.ir import Access, Index, KernelIR, Loop, LoopKind, Statement
 
 LINE = 64

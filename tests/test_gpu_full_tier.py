@@ -74,7 +74,7 @@ def test_full_tier_counts_the_tirs_multiply_adds(a100, gmm_candidates):
 @needs_nvcc
 def test_tir_shared_addresses_give_bank_conflicts(a100, gmm_candidates):
     _, cands = gmm_candidates
-    device, _ = cuda.lower(cands[0].mod, integration.tvm_target(a100))
+    device, _ = cuda.lower_to_cuda(cands[0].mod, integration.tvm_target(a100))
     (walker,) = cuda.device_kernels(device).values()
     assert walker.accesses, "the shared-memory accesses of the first warp were not evaluated"
     assert all(len(a.byte_addresses) == min(32, walker.dims["threadIdx.x"]) for a in walker.accesses)
@@ -122,7 +122,8 @@ def test_a_cuda_pool_ranks_with_both_tiers(a100, gmm_candidates):
         "target": dict(a100.target),
         "mod": mod.script(),
         "candidates": [
-            {"trace": integration._plain(s.trace.as_json()), "secs_a": t, "secs_b": t} for s, t in zip(cands, synthetic)
+            {"trace": integration.plain_json(s.trace.as_json()), "secs_a": t, "secs_b": t}
+            for s, t in zip(cands, synthetic)
         ],
     })
     for tier in ("ir", "full"):

@@ -289,7 +289,8 @@ def test_static_builder_hands_known_predictions_to_the_runner_without_compiling(
     mach = machine.preset("zen4")
     target = integration.tvm_target(mach)
     known_mod, other_mod = _scheduled(gmm_pool, 3).mod, _scheduled(gmm_pool, 5).mod
-    known = {int(tvm_ffi.structural_hash(known_mod)): 1.25e-4}
+    known = integration.Predictions()
+    known.add(integration.structural_key(known_mod), integration.Prediction(1.25e-4))
     builder = integration.StaticBuilder(max_workers=1, known=known)
     built = builder.build([BuilderInput(known_mod, target), BuilderInput(other_mod, target)])
     assert builder.reused == 1 and all(b.error_msg is None for b in built)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from tuna.errors import TunaError
+from tuna.estimate import WORST_SCORE
 from tuna.search import es
 
 # A synthetic space shaped like a matmul's: three spaces, tile-like and categorical decisions.
@@ -84,7 +85,7 @@ def test_invalid_candidates_are_never_best_and_rank_last():
     search = _search()
 
     def evaluate(cands):
-        return [es.WORST if c[0] == 0 else -float(sum(c)) for c in cands]
+        return [WORST_SCORE if c[0] == 0 else -float(sum(c)) for c in cands]
 
     best = es.run(search, evaluate, 400)
     assert best and all(c[0] != 0 for c, _ in best)
@@ -98,14 +99,14 @@ def test_rejected_candidates_leave_the_best_and_count_as_worst():
     top = [c for c, _ in search.best(3)]
     search.reject(top[:2])
     assert [c for c, _ in search.best(1)] == top[2:]
-    assert all(search.scores[c] == es.WORST for c in top[:2])
+    assert all(search.scores[c] == WORST_SCORE for c in top[:2])
     again = es.EvolutionStrategies.from_state(json.loads(json.dumps(search.state())))
     assert again.best(5) == search.best(5)
     # A generation that samples a rejected candidate again ranks it last, at no cost.
     gen = es.Generation((top[0], top[2]), (1.0, 1.0), ())
     before = search.generation
     search.tell(gen, {})
-    assert search.generation == before + 1 and search.scores[top[0]] == es.WORST
+    assert search.generation == before + 1 and search.scores[top[0]] == WORST_SCORE
 
 
 def test_utilities_are_zero_sum_rank_based_and_share_ties():

@@ -15,14 +15,15 @@ from tvm.s_tir import meta_schedule as ms
 
 import tuna
 from tuna import integration
-from tuna.integration import search
+from tuna.estimate import WORST_SCORE, seconds_from_score
+from tuna.integration import search_strategy
 from tuna.search import es
 
 
 @pytest.fixture(scope="module")
 def gmm():
     mod = integration.load_workload("GMM:0")
-    spaces, ctx = search.design_spaces(mod, "zen4")
+    spaces, ctx = search_strategy.design_spaces(mod, "zen4")
     return mod, spaces, ctx
 
 
@@ -30,7 +31,7 @@ def gmm():
 def test_factorizations_are_all_ordered_splits(extent, parts, inner):
     brute = {f for f in itertools.product(range(1, extent + 1), repeat=parts)
              if math.prod(f) == extent and (inner <= 0 or f[-1] <= inner)}
-    got = search.factorizations(extent, parts, inner)
+    got = search_strategy.factorizations(extent, parts, inner)
     assert len(got) == len(set(got)) and set(got) == brute
 
 
@@ -45,7 +46,7 @@ def test_design_space_decisions_hold_their_legal_values(gmm):
             if d.kind == "SamplePerfectTile":
                 extent = math.prod(d.values[d.initial])
                 assert all(math.prod(v) == extent for v in d.values)
-                assert len(d.values) == len(search.factorizations(extent, len(d.values[0]), 64))
+                assert len(d.values) == len(search_strategy.factorizations(extent, len(d.values[0]), 64))
 
 
 def test_a_candidate_builds_with_its_decisions_and_the_postprocessors(gmm):
@@ -55,22 +56,22 @@ def test_a_candidate_builds_with_its_decisions_and_the_postprocessors(gmm):
     choices = [d.initial for d in space.decisions]
     choices[tiles[-1]] = (choices[tiles[-1]] + 1) % len(space.decisions[tiles[-1]].values)
     trace = spaces.trace((0, *choices))
-    sch = search.build(mod, trace, ctx.space_generator.postprocs)
+    sch = search_strategy.build(mod, trace, ctx.space_generator.postprocs)
     assert sch is not None
-    got = {int(i): v for i, v in integration._plain(sch.trace.as_json())[1]}
+    got = {int(i): v for i, v in integration.plain_json(sch.trace.as_json())[1]}
     for d, k in zip(space.decisions, choices):
-        assert got[d.position] == search._json_value(d.values[k])
+        assert got[d.position] == search_strategy.design_space._json_value(d.values[k])
     # The postprocessors turned MetaSchedule's annotations into real loop kinds.
-    raw = search.build(mod, trace, [])
+    raw = search_strategy.build(mod, trace, [])
     assert "meta_schedule.parallel" in raw.mod.script()
     assert "meta_schedule.parallel" not in sch.mod.script() and "T.parallel" in sch.mod.script()
-    assert search.worker_score(search.worker_setup(search.worker_spec(mod, ctx.space_generator.postprocs,
-                                                                      tuna.resolve("zen4"))), trace) > es.WORST
+    spec = search_strategy.worker_spec(mod, ctx.space_generator.postprocs, tuna.resolve("zen4"))
+    assert search_strategy.worker_score(search_strategy.worker_setup(spec), trace) > WORST_SCORE
 
 
 def test_compute_locations_are_the_ones_tvm_keeps():
     mod = integration.load_workload("SFM:0")
-    spaces, ctx = search.design_spaces(mod, "zen4")
+    spaces, ctx = search_strategy.design_spaces(mod, "zen4")
     locs = [(s, d) for s, space in enumerate(spaces.spaces) for d in space.decisions
             if d.kind == "SampleComputeLocation"]
     assert locs
@@ -79,20 +80,20 @@ def test_compute_locations_are_the_ones_tvm_keeps():
     space = spaces.spaces[s]
     for k in range(len(dec.values)):
         choices = [d.initial if d is not dec else k for d in space.decisions]
-        sch = search.build(mod, spaces.trace((s, *choices)), ctx.space_generator.postprocs)
+        sch = search_strategy.build(mod, spaces.trace((s, *choices)), ctx.space_generator.postprocs)
         assert sch is not None
-        assert {int(i): v for i, v in integration._plain(sch.trace.as_json())[1]}[dec.position] == dec.values[k]
+        assert {int(i): v for i, v in integration.plain_json(sch.trace.as_json())[1]}[dec.position] == dec.values[k]
 
 
 @pytest.mark.parametrize("preset", ["zen4", "v100"])
 def test_a_worker_builds_the_candidates_the_main_process_builds(preset):
     mod = integration.load_workload("GMM:0")
     machine = tuna.resolve(preset)
-    spaces, ctx = search.design_spaces(mod, machine)
-    state = search.worker_setup(search.worker_spec(mod, ctx.space_generator.postprocs, machine))
+    spaces, ctx = search_strategy.design_spaces(mod, machine)
+    state = search_strategy.worker_setup(search_strategy.worker_spec(mod, ctx.space_generator.postprocs, machine))
     cands = es.EvolutionStrategies(spaces.search_space(), seed=0).ask().novel[:40]
-    here = [search.build(mod, spaces.trace(c), ctx.space_generator.postprocs) is not None for c in cands]
-    there = [search.build(state.mod, spaces.trace(c), state.postprocs) is not None for c in cands]
+    here = [search_strategy.build(mod, spaces.trace(c), ctx.space_generator.postprocs) is not None for c in cands]
+    there = [search_strategy.build(state.mod, spaces.trace(c), state.postprocs) is not None for c in cands]
     # On the GPU most random decisions break the thread limits VerifyGPUCode checks.
     assert here == there and any(here)
 
@@ -101,10 +102,10 @@ def test_workers_and_a_local_dask_cluster_find_what_one_process_finds():
     mod = integration.load_workload("GMM:0")
     runs = {}
     for workers, cluster in [(1, None), (2, None), (1, "local:2")]:
-        _, found = search.search(mod, "zen4", max_evaluations=96, workers=workers, cluster=cluster, seed=5,
+        _, found = search_strategy.run_es(mod, "zen4", max_evaluations=96, workers=workers, cluster=cluster, seed=5,
                                  config=es.ESConfig(population=16))
         runs[workers, cluster] = (found.best(10), found.state())
-    assert runs[1, None][0] and runs[1, None][0][0][1] > es.WORST
+    assert runs[1, None][0] and runs[1, None][0][0][1] > WORST_SCORE
     assert runs[1, None] == runs[2, None] == runs[1, "local:2"]
 
 
@@ -120,7 +121,7 @@ def test_tune_tir_takes_the_es_strategy_with_any_cost_model(tmp_path, model):
                            strategy=strategy, num_tuning_cores=1, seed=1)
     records = database.get_all_tuning_records()
     assert len(records) == 8 and all(r.run_secs for r in records)
-    assert len({json.dumps(integration._plain(r.trace.as_json())) for r in records}) == 8
+    assert len({json.dumps(integration.plain_json(r.trace.as_json())) for r in records}) == 8
     assert ms.tir_integration.compile_tir(database, mod, tgt) is not None
     assert lines and lines[-1].es.evaluations > 0 and {p.measured for p in lines} == {0, 4}
     if model == "tuna":
@@ -132,7 +133,7 @@ def test_re_ranking_hands_over_the_full_tiers_best_distinct_schedules(tmp_path, 
     mod = integration.load_workload("GMM:0")
     machine = tuna.resolve("zen4")
     state = tmp_path / "es.json"
-    known = {} if reuse else None
+    known = integration.Predictions() if reuse else None
     strategy = tuna.ESSearch(16, 2, score="ir", machine=machine, rerank=2, seed=3, state_path=state, known=known)
     builder = tuna.StaticBuilder(known=known)
     database = ms.tune_tir(mod, integration.tvm_target(machine), str(tmp_path), max_trials_global=4,
@@ -149,9 +150,10 @@ def test_re_ranking_hands_over_the_full_tiers_best_distinct_schedules(tmp_path, 
     # The four handed over are the full tier's best four of the eight it re-ranked ...
     assert sorted(full.values(), reverse=True)[:4] == sorted((full[c] for c in handed), reverse=True)
     # ... the runner, analysing what the builder made of them (or reusing), predicts what the workers did ...
-    assert sorted(math.exp(-full[c]) for c in handed) == pytest.approx(sorted(float(r.run_secs[0]) for r in records))
+    predicted = sorted(seconds_from_score(full[c]) for c in handed)
+    assert predicted == pytest.approx(sorted(float(r.run_secs[0]) for r in records))
     # ... and no two are the same schedule.
-    built = [integration.apply_trace(mod, integration._plain(r.trace.as_json())).mod for r in records]
+    built = [integration.apply_trace(mod, integration.plain_json(r.trace.as_json())).mod for r in records]
     assert len({tvm_ffi.structural_hash(m) for m in built}) == 4
 
 
@@ -182,7 +184,7 @@ def test_an_interrupted_run_resumes_from_its_work_dir_and_loses_nothing(tmp_path
         proc.wait()
     before = _records(tmp_path)
     assert 5 <= len(before) < 16, "the first run should be stopped part-way"
-    assert (tmp_path / search.STATE_FILE).exists()
+    assert (tmp_path / search_strategy.STATE_FILE).exists()
 
     result = tuna.tune("GMM:0", "zen4", tmp_path, max_trials=16, num_trials_per_iter=4, population_size=32,
                        search="es", workers=2)

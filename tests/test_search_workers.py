@@ -6,6 +6,7 @@ import time
 import pytest
 
 from tuna.errors import TunaError
+from tuna.estimate import WORST_SCORE
 from tuna.search import es, workers
 
 # Payloads are ints; the scoring functions live at module level so workers can import them.
@@ -51,7 +52,7 @@ def test_a_crash_a_hang_or_an_error_costs_only_its_candidate():
         elapsed = time.monotonic() - start
         for p, s in zip(PAYLOADS, scores):
             if p % 7 == 0 or p % 11 == 0 or p % 13 == 0:
-                assert s == es.WORST, p
+                assert s == WORST_SCORE, p
             else:
                 assert s == score_plain({"offset": 0.0}, p), p
         assert pool.crashed == sum(p % 7 == 0 for p in PAYLOADS)
@@ -64,7 +65,7 @@ def test_a_crash_a_hang_or_an_error_costs_only_its_candidate():
 def test_a_batch_can_have_its_own_time_limit():
     with workers.ProcessPool(setup_offset, score_faulty, 0.0, workers=2, timeout=120.0) as pool:
         start = time.monotonic()
-        assert pool([11, 2], timeout=1.0) == [es.WORST, 4.0]
+        assert pool([11, 2], timeout=1.0) == [WORST_SCORE, 4.0]
         assert time.monotonic() - start < 30  # the batch's 1 s, not the pool's 120 s
         assert pool.timed_out == 1
 
@@ -88,7 +89,7 @@ def test_the_others_go_on_scoring_while_a_replacement_sets_up(monkeypatch):
         monkeypatch.setenv("TUNA_TEST_SLOW_SETUP", "1")
         start = time.monotonic()
         scores = pool([0] + [1] * 40)
-        assert scores[0] == es.WORST and pool.timed_out == 1
+        assert scores[0] == WORST_SCORE and pool.timed_out == 1
         # The survivor scored all the rest (4 s of work) without waiting 30 s for the new worker.
         assert len(set(scores[1:])) == 1 and time.monotonic() - start < 20
 

@@ -1,16 +1,18 @@
 """tuna: rank and tune TVM tensor programs for CPUs and NVIDIA GPUs without running them.
 
-The MetaSchedule adapters live in :mod:`tuna.integration`, the only module that imports
+The MetaSchedule adapters live in :mod:`tuna.integration`, the only package that imports
 TVM; they are loaded on first use so that ``tuna targets`` and the pure analyses start fast.
 """
 
 from .errors import AnalysisError, TargetError, TunaError, UnsupportedISAError, WorkloadError
-from .estimate import Estimate, analyze
+from .estimate import Estimate
 from .machine import Machine, preset, presets, resolve
+from .tiers import analyze
 
 __version__ = "0.1.0"
 
-_LAZY = {"TunaCostModel", "StaticRunner", "StaticBuilder", "tune", "TuneResult", "load_workload", "kernel_from_module"}
+_LAZY = {"ESSearch", "TunaCostModel", "StaticRunner", "StaticBuilder", "tune", "TuneResult", "load_workload",
+         "kernel_from_module"}
 
 __all__ = [
     "AnalysisError",
@@ -40,8 +42,4 @@ def __getattr__(name: str):
         from . import integration
 
         return getattr(integration, name)
-    if name == "ESSearch":  # tuna's evolution-strategies search strategy for MetaSchedule
-        from .integration import search
-
-        return search.ESSearch
     raise AttributeError(f"module 'tuna' has no attribute {name!r}")

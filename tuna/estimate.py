@@ -1,17 +1,27 @@
-"""What every analysis returns, and the dispatch from a machine's kind to its models."""
+"""What every analysis returns, and the one conversion between predicted seconds and scores.
+
+It imports no analysis: which analysis runs for a machine and a tier is :mod:`tuna.tiers`.
+"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from .ir import KernelIR
-from .machine import Machine
-
-#: Score given to a candidate that failed to lower or analyse: below any real one.
+#: Score given to a candidate that failed to lower, build or analyse: below any real one.
 WORST_SCORE = -1e30
+
+
+def score_from_seconds(seconds: float) -> float:
+    """A candidate's score (higher is better): minus the log of its predicted seconds."""
+    return -math.log(max(seconds, 1e-15))
+
+
+def seconds_from_score(score: float) -> float:
+    """The predicted seconds a score stands for (the inverse of :func:`score_from_seconds`)."""
+    return math.exp(-score)
 
 
 @dataclass(frozen=True)
@@ -23,7 +33,8 @@ class Estimate:
     seconds : float
         Predicted wall-clock seconds of one run of the kernel.
     tier : str
-        Which analysis produced it ("ir" or "full").
+        Which analysis produced it: "ir", "full", or "objcode" (the object code of an
+        artifact alone, :mod:`tuna.cpu.objcode`).
     features : Mapping[str, float]
         Named feature values, for ``tuna explain`` and calibration.
     """
@@ -34,22 +45,5 @@ class Estimate:
 
     @property
     def score(self) -> float:
-        """Higher is better: minus the log of the predicted time."""
-        return -math.log(max(self.seconds, 1e-15))
-
-
-Analysis = Callable[[KernelIR, Machine], Estimate]
-
-
-def ir_tier(kind: str) -> Analysis:
-    """The fast IR-only analysis for machines of ``kind`` ("cpu" or "gpu")."""
-    from .cpu import ir_tier as cpu
-    from .gpu import ir_tier as gpu
-
-    registry: dict[str, Analysis] = {"cpu": cpu.estimate, "gpu": gpu.estimate}
-    return registry[kind]
-
-
-def analyze(kernel: KernelIR, machine: Machine) -> Estimate:
-    """Predict the run time of ``kernel`` on ``machine`` with the IR tier."""
-    return ir_tier(machine.kind)(kernel, machine)
+        """Higher is better: minus the log of the predicted time (:func:`score_from_seconds`)."""
+        return score_from_seconds(self.seconds)

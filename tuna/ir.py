@@ -1,16 +1,20 @@
 """The frozen kernel representation every analysis consumes.
 
-A candidate schedule is lowered once (in :mod:`tuna.integration`, the only module that
+A candidate schedule is lowered once (in :mod:`tuna.integration`, the only package that
 imports TVM) into a :class:`KernelIR`: a tree of loops whose leaves are statements with
-their buffer accesses. Machine code, when it has been generated, rides along as
-:class:`MachineCode`. Analyses are pure functions of a ``KernelIR`` and a
-:class:`tuna.machine.Machine`.
+their buffer accesses. Machine code, when it has been generated, rides along: CPU code as
+:class:`MachineCode`, compiled GPU kernels as :class:`tuna.gpu.full_tier.GpuCode`.
+Analyses are pure functions of a ``KernelIR`` and a :class:`tuna.machine.Machine`.
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the GPU full tier's input type; no import of tuna.gpu at run time
+    from .gpu.full_tier import GpuCode
 
 
 class LoopKind(enum.Enum):
@@ -219,7 +223,10 @@ class KernelIR:
         Names of the function's buffer parameters.
     code : tuple of MachineCode
         The generated functions (the kernel and its outlined parallel bodies), when the
-        full tier compiled the candidate; empty otherwise.
+        CPU full tier compiled the candidate; empty otherwise.
+    gpu_code : GpuCode or None
+        The compiled CUDA kernels (PTX, ptxas' resources, launch shapes), when the GPU
+        full tier compiled the candidate; None otherwise.
     """
 
     name: str
@@ -227,6 +234,7 @@ class KernelIR:
     allocations: tuple[Allocation, ...] = ()
     params: tuple[str, ...] = ()
     code: tuple[MachineCode, ...] = field(default=(), compare=False)
+    gpu_code: GpuCode | None = field(default=None, compare=False)
 
 
 def walk(nodes: tuple[Node, ...], outer: tuple[Loop, ...] = ()):

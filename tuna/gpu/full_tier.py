@@ -243,10 +243,13 @@ def analyse_kernel(ck: CompiledKernel, machine: Machine, tab: GpuTiming) -> dict
     return dict(feats)
 
 
-def estimate(kernel: KernelIR, code: GpuCode, machine: Machine) -> Estimate:
-    """Predict the run time of a CUDA candidate from its TIR and its compiled kernels."""
+def estimate(kernel: KernelIR, machine: Machine) -> Estimate:
+    """Predict the run time of a CUDA candidate from its TIR and its compiled kernels (``kernel.gpu_code``)."""
     if machine.kind != "gpu" or machine.gpu is None:
         raise AnalysisError(f"the GPU full tier models GPUs; {machine.name} is a {machine.kind}")
+    code = kernel.gpu_code
+    if code is None:
+        raise AnalysisError("the GPU full tier needs the candidate's compiled kernels (KernelIR.gpu_code)")
     if not code.kernels:
         raise AnalysisError("the candidate compiled to no CUDA kernel")
     tab = timing(machine)

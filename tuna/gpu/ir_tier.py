@@ -14,9 +14,9 @@ from collections import Counter
 from types import MappingProxyType
 
 from ..estimate import Estimate
-from ..footprint import buffer_footprints
 from ..ir import KernelIR, LoopKind, walk
 from ..machine import Machine
+from .footprint import buffer_footprints
 
 #: Registers a TVM kernel thread needs besides its local arrays (addresses, indices);
 #: an assumption of the IR tier, replaced by ptxas' figure in the full tier.

@@ -25,13 +25,14 @@ from ..gpu import ptx as ptx_parser
 from ..gpu.banks import WarpAccess
 from ..gpu.full_tier import CompiledKernel, GpuCode, timing
 from ..machine import Machine
+from .intrinsics import new_tune_context
 
 
 class _UnknownError(Exception):
     """An expression the first-warp evaluator cannot give a value."""
 
 
-def lower(mod: tvm.IRModule, target: Target) -> tuple[tvm.IRModule, str]:
+def lower_to_cuda(mod: tvm.IRModule, target: Target) -> tuple[tvm.IRModule, str]:
     """The lowered device functions of a scheduled module and their CUDA C.
 
     Raises
@@ -279,7 +280,7 @@ def gpu_code(mod: tvm.IRModule, machine: Machine, target: Target) -> GpuCode:
     tool = nvcc.require_nvcc()
     tab = timing(machine)
     arch = nvcc.choose_arch(str(machine.target["arch"]), tab.fallback_arch, tool)
-    device, source = lower(mod, target)
+    device, source = lower_to_cuda(mod, target)
     compiled = nvcc.compile_cuda(source, arch, tool)
     walkers = device_kernels(device, machine.gpu.warp_size)
     kernels = []
@@ -325,8 +326,6 @@ def sample_candidates(mod: tvm.IRModule, target: Target, count: int, seed: int =
         At most ``count`` schedules.
     """
     from tvm import s_tir
-
-    from . import new_tune_context
 
     context = new_tune_context(mod=mod, target=target, space_generator="post-order-apply",
                                search_strategy="evolutionary", num_threads=1, rand_state=seed)

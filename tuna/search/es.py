@@ -39,12 +39,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import TunaError
+from ..estimate import WORST_SCORE
 
 #: A candidate: the design space's index, then one choice index per decision of that space.
 Candidate = tuple[int, ...]
-
-#: Score given to a candidate that could not be built or analysed: below any real one.
-WORST = -1e30
 
 _STATE_FORMAT = "tuna-es/1"
 
@@ -213,7 +211,7 @@ class EvolutionStrategies:
     -----
     Use :meth:`ask` for a generation, score its ``novel`` candidates, then :meth:`tell`
     the scores; or let :func:`run` do the loop. Scores are higher-is-better floats;
-    :data:`WORST` marks a candidate that could not be built.
+    :data:`~tuna.estimate.WORST_SCORE` marks a candidate that could not be built.
     """
 
     def __init__(
@@ -292,14 +290,14 @@ class EvolutionStrategies:
         scores : mapping
             Score of each novel candidate that was evaluated; a candidate left out was not
             evaluated (e.g. the budget ran out) and takes no part in the update. A candidate
-            that could not be built must be given :data:`WORST`.
+            that could not be built must be given :data:`~tuna.estimate.WORST_SCORE`.
         """
         for cand in generation.novel:
             if cand not in scores:
                 continue
             score = float(scores[cand])
             if not math.isfinite(score):
-                score = WORST
+                score = WORST_SCORE
             self.scores[cand] = score
             self._remember(cand, score)
         kept = [i for i, c in enumerate(generation.candidates) if c in self.scores]
@@ -344,12 +342,12 @@ class EvolutionStrategies:
             success = float(np.mean(fitness > self._threshold))
             self.learning_rate *= math.exp(0.5 * (success - 0.2) / 0.8)
             self.learning_rate = float(np.clip(self.learning_rate, 0.02, 20.0))
-        valid = fitness[fitness > WORST]
+        valid = fitness[fitness > WORST_SCORE]
         self._threshold = float(np.quantile(valid, 0.8)) if len(valid) else None
         self.generation += 1
 
     def reject(self, cands: Sequence[Candidate]) -> None:
-        """Score candidates :data:`WORST` after the fact (a later, finer check failed them).
+        """Score candidates :data:`~tuna.estimate.WORST_SCORE` after the fact (a later, finer check failed them).
 
         They leave the best candidates, and a generation that samples one again counts
         it as the worst, so the distribution moves away from it as it would have had the
@@ -357,12 +355,12 @@ class EvolutionStrategies:
         """
         gone = {tuple(c) for c in cands}
         for cand in gone:
-            self.scores[cand] = WORST
+            self.scores[cand] = WORST_SCORE
         self._best = [item for item in self._best if item[1] not in gone]
         heapq.heapify(self._best)
 
     def _remember(self, cand: Candidate, score: float) -> None:
-        if score <= WORST:
+        if score <= WORST_SCORE:
             return
         item = (score, cand)
         if len(self._best) < self.config.keep:
@@ -385,8 +383,8 @@ class EvolutionStrategies:
 
     @property
     def best_score(self) -> float:
-        """Best score so far (:data:`WORST` before any valid one)."""
-        return max(self._best)[0] if self._best else WORST
+        """Best score so far (:data:`~tuna.estimate.WORST_SCORE` before any valid one)."""
+        return max(self._best)[0] if self._best else WORST_SCORE
 
     def probabilities(self) -> list[list[np.ndarray]]:
         """Per design space and decision, the current choice probabilities (temperature 1)."""
@@ -460,7 +458,7 @@ def run(
     es : EvolutionStrategies
         The search (it is advanced in place).
     evaluate : callable
-        Scores a batch of candidates, one float each (higher is better; :data:`WORST`
+        Scores a batch of candidates, one float each (higher is better; :data:`~tuna.estimate.WORST_SCORE`
         for one that cannot be built).
     max_evaluations : int
         Stop once this many candidates have been scored in this call.

@@ -8,7 +8,7 @@ pair of module-level functions named by the caller::
 
 so that nothing but the payloads and, once per worker, ``setup_arg`` crosses a process or
 machine boundary. A payload whose scoring raises, crashes its worker or runs past the time
-limit scores :data:`WORST`; the other payloads of the batch are not affected.
+limit scores :data:`~tuna.estimate.WORST_SCORE`; the other payloads of the batch are not affected.
 
 This module and :mod:`tuna.search.processes` are the only places tuna starts processes.
 """
@@ -27,7 +27,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from ..errors import TunaError
-from .es import WORST
+from ..estimate import WORST_SCORE
 
 logger = logging.getLogger("tuna")
 
@@ -43,8 +43,8 @@ def _safe_score(score_fn: Score, state: Any, payload: Any) -> float:
         value = float(score_fn(state, payload))
     except Exception as err:  # a candidate that cannot be scored is the worst, not an error
         logger.debug("tuna search: a candidate failed to score: %s", err)
-        return WORST
-    return value if math.isfinite(value) else WORST
+        return WORST_SCORE
+    return value if math.isfinite(value) else WORST_SCORE
 
 
 class SerialEvaluator:
@@ -154,7 +154,7 @@ class ProcessPool:
         Worker processes.
     timeout : float
         Seconds one payload may take; a worker past it is killed and replaced, and its
-        payload scores :data:`WORST`.
+        payload scores :data:`~tuna.estimate.WORST_SCORE`.
     setup_timeout : float
         Seconds a worker may take to start and set up.
 
@@ -285,11 +285,11 @@ class ProcessPool:
                     logger.warning("tuna search: candidate %d ran past %g s; it scores worst", w.task, limit)
                 else:
                     continue
-                results[w.task] = WORST
+                results[w.task] = WORST_SCORE
                 del busy[w.conn]
                 fresh = self._replace(w)
                 starting[fresh.conn] = fresh
-        return [WORST if r is None else r for r in results]
+        return [WORST_SCORE if r is None else r for r in results]
 
     def close(self) -> None:
         """Stop the workers (one still setting up is killed)."""
@@ -378,7 +378,7 @@ class DaskEvaluator:
         Scattered to the workers once per evaluator.
     timeout : float
         Seconds per payload; a batch waits at most ``timeout`` times its payloads per
-        worker, and what is unfinished then scores :data:`WORST` (the workers that held
+        worker, and what is unfinished then scores :data:`~tuna.estimate.WORST_SCORE` (the workers that held
         it are restarted, as Dask cannot stop a running task otherwise).
     security : distributed.Security, optional
         TLS settings for a remote scheduler (see README.md, "Securing a cluster").
@@ -387,7 +387,7 @@ class DaskEvaluator:
     -----
     A payload that kills its worker is retried by Dask on another worker up to the
     scheduler's ``allowed-failures``; for a local cluster that is set to 0, so it costs one
-    worker restart. Either way it then scores :data:`WORST`.
+    worker restart. Either way it then scores :data:`~tuna.estimate.WORST_SCORE`.
     """
 
     def __init__(
@@ -453,7 +453,7 @@ class DaskEvaluator:
                 if fut.status == "error":
                     self.failed += 1
                     logger.warning("tuna search: a Dask task failed (%s); it scores worst", fut.exception())
-                out.append(WORST)
+                out.append(WORST_SCORE)
         if not_done:
             self.timed_out += len(not_done)
             logger.warning("tuna search: %d candidates ran past the time limit on Dask; they score worst",

@@ -1,4 +1,8 @@
-"""Box approximations of the data a loop nest touches (the IR tier's cache model).
+"""Box approximations of the data a loop nest touches, for the GPU tiers.
+
+:mod:`tuna.gpu.ir_tier` sizes each thread block's global traffic and the shared and local
+buffers with :func:`buffer_footprints`. :func:`data_movement` is the box counterpart of
+:func:`tuna.cpu.cache.data_movement` (the CPU tiers use that exact, integer-set one).
 
 The footprint of a buffer over a set of loops is bounded per dimension by the range its
 subscript sweeps as those loops run; dimensions multiply. Subscripts that depend on a loop
@@ -11,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 
-from .ir import Access, Loop, Statement
+from ..ir import Access, Loop, Statement
 
 
 def dim_range(index, extents: Mapping[str, int], dim_size: int) -> int:

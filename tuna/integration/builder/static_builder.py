@@ -1,0 +1,79 @@
+"""MetaSchedule's ``LocalBuilder``, leaving what :class:`~tuna.integration.StaticRunner` reads beside each artifact."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import tvm
+from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.builder import BuilderResult, LocalBuilder, PyBuilder
+from tvm.s_tir.meta_schedule.builder.local_builder import default_build, default_export
+
+from ..intrinsics import load_tensor_intrinsics
+from ..runner import SIDECAR, Predictions, structural_key
+
+#: The scheduled TIR of the module each build process is building, for its export step.
+_BUILT: dict[int, str] = {}
+
+
+def _tuna_build(mod: tvm.IRModule, target, params):
+    """MetaSchedule build function that remembers the scheduled TIR for the export step."""
+    _BUILT[os.getpid()] = mod.script()
+    return default_build(mod, target, params)
+
+
+def _tuna_export(rt_mod) -> str:
+    """Export as MetaSchedule does, then write the scheduled TIR beside the artifact."""
+    path = default_export(rt_mod)
+    script = _BUILT.pop(os.getpid(), None)
+    if script is not None:
+        (Path(path).parent / SIDECAR).write_text(script)
+    return path
+
+
+@derived_object
+class StaticBuilder(PyBuilder):
+    """MetaSchedule's ``LocalBuilder`` that also leaves each candidate's scheduled TIR for the runner.
+
+    The runner is :class:`~tuna.integration.StaticRunner`; the file is its ``SIDECAR``.
+
+    Parameters
+    ----------
+    max_workers : int, optional
+        Build processes (LocalBuilder's default: one per core).
+    timeout_sec : float
+        Seconds one build may take.
+    known : Predictions, optional
+        Predictions of candidates already analysed with the runner's tier (tuna's ES
+        re-ranks its picks with the full tier, which compiles them): such a candidate is
+        not compiled again; its artifact is a file holding the prediction, which
+        :class:`~tuna.integration.StaticRunner` returns. Read at each build, so the
+        caller may fill it as tuning goes.
+    """
+
+    def __init__(self, max_workers: int | None = None, timeout_sec: float = 60.0,
+                 known: Predictions | None = None) -> None:
+        super().__init__()
+        self.local = LocalBuilder(max_workers=max_workers, timeout_sec=timeout_sec, f_build=_tuna_build,
+                                  f_export=_tuna_export, initializer=load_tensor_intrinsics)
+        self.known = known if known is not None else Predictions()
+        self.reused = 0
+
+    def build(self, build_inputs) -> list[BuilderResult]:
+        results: list[BuilderResult | None] = [None] * len(build_inputs)
+        todo = []
+        for i, inp in enumerate(build_inputs):
+            prediction = self.known.get(structural_key(inp.mod)) if self.known else None
+            if prediction is None:
+                todo.append(i)
+                continue
+            # MetaSchedule removes the artifact's directory once the runner is done with it.
+            path = prediction.write(tempfile.mkdtemp(prefix="tuna-known-"))
+            results[i] = BuilderResult(str(path), None)
+            self.reused += 1
+        if todo:
+            for i, res in zip(todo, self.local.build([build_inputs[i] for i in todo])):
+                results[i] = res
+        return results

@@ -1,0 +1,402 @@
+"""TIR -> :class:`tuna.ir.KernelIR`: the loop tree every analysis consumes.
+
+- the affine algebra of subscripts (:class:`_Affine`, :func:`_affine`, :func:`_divide`):
+  each index split into a linear form over the loop variables and the variables it depends
+  on non-linearly, with floor division and modulo resolved where the loops' ranges allow;
+- the extractor (:class:`_Extractor`): loops, statements with their accesses and
+  arithmetic, allocations;
+- compaction (:func:`_compact`): buffers placed and sized as TVM's lowering will leave them;
+- :func:`kernel_from_module` / :func:`kernel_from_func`, the entry points.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import tvm
+from tvm import s_tir, tirx
+
+from .. import ir
+from ..errors import AnalysisError
+
+_ARITH = {
+    tirx.Add: "add",
+    tirx.Sub: "add",
+    tirx.Mul: "mul",
+    tirx.Div: "div",
+    tirx.FloorDiv: "div",
+    tirx.Max: "add",
+    tirx.Min: "add",
+}
+#: Elementary functions TVM's LLVM backend leaves to the C math library, with the library calls
+#: each lane makes ("math" ops): checked on x86-64 and AArch64 with TVM 0.27 (a vectorized exp
+#: becomes one expf call per lane; tanh is lowered to two exps; sigmoid to one).
+_MATH_CALLS = {"exp": 1, "exp2": 1, "exp10": 1, "log": 1, "log2": 1, "log10": 1, "log1p": 1, "pow": 1,
+               "sin": 1, "cos": 1, "tan": 1, "erf": 1, "sigmoid": 1, "tanh": 2}
+#: Functions with a machine instruction ("special" ops).
+_SPECIAL = ("sqrt", "rsqrt")
+
+
+class _Affine:
+    """A linear form over loop variables, plus the variables it depends on non-linearly.
+
+    ``span`` bounds the non-linear part's values (``(0, 0)`` when there is none, None when
+    unknown), so that floor division and modulo of sums that contain it can still resolve.
+    """
+
+    __slots__ = ("coeffs", "const", "opaque", "span")
+
+    def __init__(self, coeffs=None, const=0, opaque=frozenset(), span=(0, 0)):
+        self.coeffs: dict[str, int] = coeffs or {}
+        self.const = const
+        self.opaque: frozenset[str] = opaque
+        self.span: tuple[int, int] | None = span if opaque else (0, 0)
+
+    def vars(self) -> frozenset[str]:
+        return frozenset(self.coeffs) | self.opaque
+
+    def is_const(self) -> bool:
+        return not self.coeffs and not self.opaque
+
+    def plus(self, other: _Affine, sign: int = 1) -> _Affine:
+        coeffs = dict(self.coeffs)
+        for var, c in other.coeffs.items():
+            coeffs[var] = coeffs.get(var, 0) + sign * c
+        coeffs = {v: c for v, c in coeffs.items() if c}
+        span = None
+        if self.span is not None and other.span is not None:
+            lo, hi = other.span if sign > 0 else (-other.span[1], -other.span[0])
+            span = (self.span[0] + lo, self.span[1] + hi)
+        return _Affine(coeffs, self.const + sign * other.const, self.opaque | other.opaque, span)
+
+    def scaled(self, k: int) -> _Affine:
+        span = None if self.span is None else tuple(sorted((self.span[0] * k, self.span[1] * k)))
+        return _Affine({v: c * k for v, c in self.coeffs.items() if c * k}, self.const * k, self.opaque, span)
+
+    def bounds(self, extents: dict[str, int]) -> tuple[int, int] | None:
+        """Smallest and largest value over the loops' ranges (None if unknown)."""
+        if self.span is None or any(v not in extents for v in self.coeffs):
+            return None
+        lo = self.const + self.span[0] + sum(min(0, k * (extents[v] - 1)) for v, k in self.coeffs.items())
+        hi = self.const + self.span[1] + sum(max(0, k * (extents[v] - 1)) for v, k in self.coeffs.items())
+        return lo, hi
+
+    def index(self) -> ir.Index:
+        opaque = tuple(sorted(self.opaque - set(self.coeffs))) + tuple(
+            sorted(v for v in self.opaque if v in self.coeffs)
+        )
+        return ir.Index(tuple(sorted(self.coeffs.items())), int(self.const), opaque)
+
+
+def _affine(expr, env: dict[Any, _Affine], extents: dict[str, int] | None = None) -> _Affine:
+    """Decompose an index expression over the loop variables bound in ``env``.
+
+    With the loops' ``extents``, a floor division or modulo by a constant stays affine
+    where the ranges allow (``co // 64`` is 0 when ``co < 64``; ``(16 * a + b) // 16``
+    is ``a`` when ``0 <= b < 16``), and bounds what stays non-linear (``f % 56 // 14``
+    lies in 0..3) for the expressions around it.
+    """
+    if isinstance(expr, tvm.tirx.IntImm):
+        return _Affine(const=int(expr.value))
+    if isinstance(expr, tvm.tirx.Var):
+        return env.get(expr, _Affine())
+    if isinstance(expr, tvm.tirx.Cast):
+        return _affine(expr.value, env, extents)
+    if isinstance(expr, (tirx.Add, tirx.Sub)):
+        a, b = _affine(expr.a, env, extents), _affine(expr.b, env, extents)
+        return a.plus(b, 1 if isinstance(expr, tirx.Add) else -1)
+    if isinstance(expr, tirx.Mul):
+        a, b = _affine(expr.a, env, extents), _affine(expr.b, env, extents)
+        if b.is_const():
+            return a.scaled(b.const)
+        if a.is_const():
+            return b.scaled(a.const)
+        return _Affine(opaque=a.vars() | b.vars(), span=None)
+    span = None
+    if isinstance(expr, (tirx.FloorDiv, tirx.FloorMod)) and extents is not None:
+        a, b = _affine(expr.a, env, extents), _affine(expr.b, env, extents)
+        if b.is_const() and b.const > 0:
+            c = b.const
+            split = _divide(a, c, extents)
+            if split is not None:
+                return split[0] if isinstance(expr, tirx.FloorDiv) else split[1]
+            whole = a.bounds(extents)
+            if isinstance(expr, tirx.FloorMod):
+                span = (0, c - 1)
+            elif whole is not None:
+                span = (whole[0] // c, whole[1] // c)
+    names: set[str] = set()
+    for node in _subexprs(expr):
+        if isinstance(node, tvm.tirx.Var) and node in env:
+            names.update(env[node].vars())
+    return _Affine(opaque=frozenset(names), span=span)
+
+
+def _divide(a: _Affine, c: int, extents: dict[str, int]) -> tuple[_Affine, _Affine] | None:
+    """``(a // c, a % c)``, affine where possible, or None when nothing is known.
+
+    The terms of ``a`` split into high ones, multiples of some ``g`` dividing ``c``, and
+    low ones that stay within one block of ``g``. With ``g == c`` both results are affine;
+    otherwise the modulo keeps the low terms exactly (``(32 a + b) % 256`` is ``b`` plus a
+    multiple of 32 that depends on ``a`` alone), which is what vectorization cares about.
+    """
+    if any(v not in extents for v in a.coeffs) or a.span is None:
+        return None
+    small = [d for d in range(1, math.isqrt(c) + 1) if c % d == 0]
+    for g in sorted({*small, *(c // d for d in small)}, reverse=True):
+        high = {v: k for v, k in a.coeffs.items() if k % g == 0}
+        low = _Affine({v: k for v, k in a.coeffs.items() if k % g}, a.const, a.opaque, a.span)
+        lo, hi = low.bounds(extents)
+        if lo // g != hi // g:
+            continue
+        q = lo // g
+        rest = low.plus(_Affine(const=q * g), -1)  # within [0, g)
+        top = _Affine(high, q * g)  # a multiple of g
+        if g == c:
+            return _Affine({v: k // c for v, k in high.items()}, q), rest
+        if not high:
+            return _Affine(const=q * g // c), rest.plus(_Affine(const=q * g % c))
+        span = top.bounds(extents)
+        names = frozenset(high)
+        div = _Affine(opaque=names, span=None if span is None else (span[0] // c, span[1] // c))
+        return div, rest.plus(_Affine(opaque=names, span=(0, c - g)))
+    return None
+
+
+_CHILD_FIELDS = ("a", "b", "value", "condition", "true_value", "false_value", "base", "stride")
+
+
+def _subexprs(expr):
+    """Yield ``expr`` and all its sub-expressions, buffer-load subscripts included."""
+    stack = [expr]
+    while stack:
+        e = stack.pop()
+        yield e
+        for name in _CHILD_FIELDS:
+            child = getattr(e, name, None)
+            if isinstance(child, tvm.ir.expr.Expr):
+                stack.append(child)
+        for name in ("args", "indices"):
+            children = getattr(e, name, None)
+            if children is not None and not isinstance(e, tvm.tirx.BufferStore):
+                stack.extend(c for c in children if isinstance(c, tvm.ir.expr.Expr))
+
+
+def _ty(expr) -> str:
+    """The element type of an expression, as a string ("float32", "int32", ...)."""
+    return str(getattr(expr, "ty", "") or getattr(expr, "dtype", ""))
+
+
+def _dtype_bytes(dtype) -> int:
+    return max(1, tvm.DataType(str(dtype)).bits * tvm.DataType(str(dtype)).lanes // 8)
+
+
+def _count_ops(value) -> list[tuple[str, int]]:
+    """Arithmetic operations of one stored value, with ``a + b * c`` on floats as an FMA."""
+    counts: dict[str, int] = {}
+
+    def add(kind: str, n: int = 1) -> None:
+        counts[kind] = counts.get(kind, 0) + n
+
+    def visit(e) -> None:
+        if isinstance(e, tirx.Add) and "float" in _ty(e):
+            if isinstance(e.b, tirx.Mul) or isinstance(e.a, tirx.Mul):
+                mul, other = (e.b, e.a) if isinstance(e.b, tirx.Mul) else (e.a, e.b)
+                add("fma")
+                visit(mul.a), visit(mul.b), visit(other)
+                return
+        for cls, kind in _ARITH.items():
+            if isinstance(e, cls):
+                if "float" in _ty(e) or kind in ("div",):
+                    add(kind)
+                visit(e.a), visit(e.b)
+                return
+        if isinstance(e, tirx.Cast):
+            add("cast")
+            visit(e.value)
+        elif isinstance(e, tirx.Select):
+            add("cmp")
+            for part in (e.condition, e.true_value, e.false_value):
+                visit(part)
+        elif isinstance(e, tvm.ir.Call):
+            name = str(e.op.name) if hasattr(e.op, "name") else str(e.op)
+            short = name.rsplit(".", 1)[-1]
+            if short == "if_then_else":
+                add("cmp")
+            elif short in _MATH_CALLS:
+                add("math", _MATH_CALLS[short])
+            elif short in _SPECIAL:
+                add("special")
+            for arg in e.args:
+                visit(arg)
+        elif isinstance(e, (tirx.EQ, tirx.NE, tirx.LT, tirx.LE, tirx.GT, tirx.GE)):
+            add("cmp")
+            visit(e.a), visit(e.b)
+        elif isinstance(e, (tirx.And, tirx.Or)):
+            visit(e.a), visit(e.b)
+        elif isinstance(e, tirx.Not):
+            visit(e.a)
+
+    visit(value)
+    return sorted(counts.items())
+
+
+class _Extractor:
+    """Walks a scheduled PrimFunc and builds the loop tree."""
+
+    def __init__(self) -> None:
+        self.allocations: list[ir.Allocation] = []
+        self.names: dict[Any, str] = {}
+        self.extents: dict[str, int] = {}
+        self.loops: list[str] = []  # variables of the loops being visited, outermost first
+
+    def _name(self, var) -> str:
+        if var not in self.names:
+            base = str(var.name)
+            name, n = base, 1
+            while name in self.names.values():
+                n += 1
+                name = f"{base}_{n}"
+            self.names[var] = name
+        return self.names[var]
+
+    def _access(self, buf, indices, write: bool, env) -> ir.Access:
+        shape = tuple(int(s) if isinstance(s, tvm.tirx.IntImm) else 1 for s in buf.shape)
+        idx = []
+        for i in indices:
+            if isinstance(i, tirx.Ramp):  # already vectorized: base + lane * stride
+                idx.append(_affine(i.base, env, self.extents).index())
+            else:
+                idx.append(_affine(i, env, self.extents).index())
+        return ir.Access(
+            buffer=str(buf.name),
+            write=write,
+            indices=tuple(idx),
+            shape=shape,
+            dtype_bytes=_dtype_bytes(buf.dtype),
+            scope=str(buf.scope()),
+        )
+
+    def _statement(self, store, block_name: str, env) -> ir.Statement:
+        accesses: list[ir.Access] = []
+
+        for e in _subexprs(store.value):
+            if isinstance(e, tvm.ir.TensorLoad):
+                accesses.append(self._access(e.source, e.indices, False, env))
+        accesses.append(self._access(store.buffer, store.indices, True, env))
+        return ir.Statement(
+            name=block_name,
+            accesses=tuple(accesses),
+            ops=tuple(_count_ops(store.value)),
+            dtype_bytes=_dtype_bytes(_ty(store.value)),
+        )
+
+    def visit(self, stmt, env, block_name: str) -> list[ir.Node]:
+        if isinstance(stmt, tirx.For):
+            if not isinstance(stmt.extent, tvm.tirx.IntImm):
+                raise AnalysisError(
+                    f"loop {stmt.loop_var} has a symbolic extent {stmt.extent}; tuna needs static shapes"
+                )
+            name = self._name(stmt.loop_var)
+            self.extents[name] = int(stmt.extent.value)
+            inner = {**env, stmt.loop_var: _Affine({name: 1})}
+            kind = {
+                tirx.ForKind.SERIAL: ir.LoopKind.SERIAL,
+                tirx.ForKind.PARALLEL: ir.LoopKind.PARALLEL,
+                tirx.ForKind.VECTORIZED: ir.LoopKind.VECTORIZED,
+                tirx.ForKind.UNROLLED: ir.LoopKind.UNROLLED,
+            }.get(stmt.kind, ir.LoopKind.THREAD)
+            thread = str(stmt.thread_binding.thread_tag) if stmt.thread_binding is not None else None
+            if thread is None and kind == ir.LoopKind.THREAD:
+                kind = ir.LoopKind.SERIAL
+            step = stmt.annotations.get("pragma_auto_unroll_max_step", 0) if stmt.annotations else 0
+            vanishes = int(stmt.extent.value) == 1 and kind != ir.LoopKind.THREAD  # as in codegen
+            if not vanishes:
+                self.loops.append(name)
+            body = tuple(self.visit(stmt.body, inner, block_name))
+            if vanishes:
+                return list(body)
+            self.loops.pop()
+            return [ir.Loop(name, int(stmt.extent.value), kind, body, thread, int(step))]
+        if isinstance(stmt, tirx.SeqStmt):
+            return [n for s in stmt.seq for n in self.visit(s, env, block_name)]
+        if isinstance(stmt, s_tir.SBlockRealize):
+            block = stmt.block
+            inner = dict(env)
+            for iv, value in zip(block.iter_vars, stmt.iter_values):
+                inner[iv.var] = _affine(value, env, self.extents)
+            for buf in block.alloc_buffers:
+                elems = math.prod(int(s) for s in buf.shape if isinstance(s, tvm.tirx.IntImm))
+                self.allocations.append(ir.Allocation(
+                    str(buf.name), str(buf.scope()), elems, _dtype_bytes(buf.dtype),
+                    self.loops[-1] if self.loops else None,
+                ))
+            out = []
+            if block.init is not None:
+                out.extend(self.visit(block.init, inner, str(block.name_hint) + "_init"))
+            out.extend(self.visit(block.body, inner, str(block.name_hint)))
+            return out
+        if isinstance(stmt, tvm.tirx.BufferStore):
+            return [self._statement(stmt, block_name, env)]
+        if isinstance(stmt, tirx.IfThenElse):
+            nodes = self.visit(stmt.then_case, env, block_name)
+            if stmt.else_case is not None:
+                nodes += self.visit(stmt.else_case, env, block_name)
+            return nodes
+        body = getattr(stmt, "body", None)
+        if body is not None and isinstance(body, tirx.Stmt):
+            return self.visit(body, env, block_name)
+        return []
+
+
+def kernel_from_func(func: tirx.PrimFunc, name: str = "main") -> ir.KernelIR:
+    """Build the :class:`~tuna.ir.KernelIR` of a scheduled (not yet lowered) PrimFunc."""
+    ext = _Extractor()
+    body = tuple(ext.visit(func.body, {}, name))
+    params = tuple(str(p.name) for p in func.params)
+    return ir.KernelIR(name=name, body=body, allocations=tuple(ext.allocations), params=params)
+
+
+
+def _main_func(mod: tvm.IRModule) -> tuple[str, tirx.PrimFunc]:
+    funcs = [(gv.name_hint, f) for gv, f in mod.functions.items() if isinstance(f, tirx.PrimFunc)]
+    if not funcs:
+        raise AnalysisError("the module holds no PrimFunc")
+    for name, func in funcs:
+        if name == "main":
+            return name, func
+    return funcs[0]
+
+
+def _compact(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    """``func`` with its buffers allocated and shrunk as TVM's lowering will do it.
+
+    MetaSchedule's schedules allocate every intermediate buffer (a cache-write stage, a
+    padded input) at its full shape at the root; lowering moves each allocation into the
+    innermost loop that holds all its uses and shrinks it to the region one iteration of
+    that loop touches. The cache model must see those regions: a write stage that holds one
+    8 x 16 tile is 512 bytes reused by every iteration, not 1.6 MB of new lines. Functions
+    the passes reject (blocks that still carry an init statement: not scheduled by
+    MetaSchedule, which separates them) are analysed as they are.
+    """
+    passes = tvm.transform.Sequential([
+        s_tir.transform.PlanAndUpdateBufferAllocationLocation(),
+        s_tir.transform.ConvertBlocksToOpaque(),
+        s_tir.transform.CompactBufferAllocation(),
+        s_tir.transform.StmtSimplify(),  # the region offsets subtracted from subscripts cancel
+    ])
+    try:
+        return passes(tvm.IRModule({"main": func}))["main"]
+    except tvm.error.InternalError:
+        return func
+
+
+def kernel_from_module(mod: tvm.IRModule) -> ir.KernelIR:
+    """The :class:`~tuna.ir.KernelIR` of the main PrimFunc of a scheduled IRModule.
+
+    Its buffers are placed and sized as TVM's lowering will leave them (see :func:`_compact`).
+    """
+    name, func = _main_func(mod)
+    return kernel_from_func(_compact(func), name)
+

@@ -1,0 +1,194 @@
+"""``tuna bench network``: whole networks (:mod:`tuna.integration.networks`) tuned per task and timed.
+
+Tuned with tuna and with MetaSchedule (real measurement), untuned, and PyTorch eager.
+Nothing here prints: progress goes to a callback, bad input raises :class:`tuna.errors.TunaError`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tvm
+from tvm import relax
+from tvm.s_tir import meta_schedule as ms
+
+from ...errors import TunaError
+from ...machine import Machine
+from .. import networks
+from ..builder import StaticBuilder
+from ..cost_model import TunaCostModel
+from ..runner import StaticRunner
+from ..workloads import as_machine, tvm_target
+from .measured_tuning import BUILD_TIMEOUT, Measured, Recorder, measuring_builder_runner, quiet_metaschedule
+from .timing import MIN_REPEAT_MS, REPEAT, Progress, check_runnable, device_of, report
+
+logger = logging.getLogger("tuna")
+
+def _fused(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
+    """Legalise and fuse as ``compile_relax`` does, so that the extracted tasks match its keys."""
+    from tvm.relax import pipeline
+
+    passes = [
+        *pipeline.library_dispatch_passes(target),
+        relax.transform.LegalizeOps(),
+        relax.transform.AnnotateTIROpPattern(),
+        relax.transform.FoldConstant(),
+        relax.transform.FuseOps(),
+        relax.transform.FuseTIR(),
+    ]
+    with target:
+        return tvm.transform.Sequential(passes)(mod)
+
+
+def network_tasks(name: str, target: Any, machine: str | None = None) -> list[Any]:
+    """MetaSchedule's tuning tasks of a network (:mod:`tuna.integration.networks`) for ``target``."""
+    tgt = tvm_target(as_machine(target, machine))
+    return ms.relax_integration.extract_tasks(_fused(networks.relax_module(name), tgt), tgt)
+
+
+def _time_vm(executable: Any, name: str, dev: tvm.runtime.Device, repeat: int) -> float:
+    vm = relax.VirtualMachine(executable, dev)
+    inp = tvm.runtime.tensor(networks.example_input(name), dev)
+    evaluator = vm.time_evaluator("main", dev, number=1, repeat=repeat, min_repeat_ms=MIN_REPEAT_MS)
+    return float(statistics.median(evaluator(inp).results))
+
+
+@dataclass
+class NetworkRow:
+    """One way of running one network: tuning time and measured latency."""
+
+    network: str
+    method: str
+    tune_seconds: float | None
+    latency: float | None
+    trials: int | None = None
+    note: str = ""
+    extra: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data for JSON."""
+        return {"network": self.network, "method": self.method, "tune_seconds": self.tune_seconds,
+                "latency": self.latency, "trials": self.trials, "note": self.note, **self.extra}
+
+
+#: The ways ``tuna bench network`` runs a network.
+NETWORK_METHODS = ("untuned", "tuna", "metaschedule", "pytorch")
+
+
+def check_methods(methods: tuple[str, ...]) -> None:
+    """TunaError unless every name is one of :data:`NETWORK_METHODS` (and there is one)."""
+    bad = [m for m in methods if m not in NETWORK_METHODS]
+    if bad or not methods:
+        raise TunaError(f"unknown method(s) {', '.join(bad) or '(none)'}; choose from {', '.join(NETWORK_METHODS)}")
+
+
+def network_bench(
+    name: str,
+    target: Any,
+    work_dir: str | os.PathLike,
+    trials_per_task: int = 8,
+    *,
+    machine: str | None = None,
+    methods: tuple[str, ...] = ("untuned", "tuna", "metaschedule", "pytorch"),
+    repeat: int = REPEAT,
+    population_size: int = 256,
+    seed: int = 0,
+    progress: Progress = None,
+) -> list[NetworkRow]:
+    """Build, tune and time one network here, each way in ``methods``.
+
+    ``untuned``: ``tvm.compile`` with the default Relax pipeline for the target; ``tuna``:
+    every task tuned offline with tuna's cost model and static runner, ``trials_per_task``
+    candidates each; ``metaschedule``: the same tasks tuned with XGBModel and real
+    measurement, the same trials; ``pytorch``: the same graph and weights in PyTorch eager
+    mode with as many threads as the target's cores (a row with a note when PyTorch is not
+    installed). Latency: ``VirtualMachine.time_evaluator``, median of ``repeat``. tuna's
+    evolutionary search keeps ``population_size`` candidates (as :func:`tuna.tune`);
+    MetaSchedule keeps its default.
+
+    Raises
+    ------
+    MeasureError
+        When the target cannot run here.
+    """
+    mach = check_runnable(target, machine)
+    networks.network(name)  # unknown names fail before any work
+    check_methods(methods)
+    quiet_metaschedule()
+    tgt = tvm_target(mach)
+    dev = device_of(mach)
+    mod = networks.relax_module(name, seed)
+    rows: list[NetworkRow] = []
+    tasks = None
+    for method in methods:
+        if method == "untuned":
+            report(progress, f"{name}: building untuned (TVM's default pipeline)")
+            with tgt:
+                ex = tvm.compile(mod, tgt)
+            rows.append(NetworkRow(name, method, 0.0, _time_vm(ex, name, dev, repeat)))
+        elif method in ("tuna", "metaschedule"):
+            if tasks is None:
+                tasks = ms.relax_integration.extract_tasks(_fused(mod, tgt), tgt)
+            n = len(tasks)
+            report(progress, f"{name}: tuning {n} tasks with {method}, {trials_per_task} trials each")
+            if method == "tuna":
+                # tuna's cost model is slower per candidate than XGBoost: the smaller population
+                # of tuna.tune (256, not MetaSchedule's 2048) keeps its search time in proportion.
+                kwargs = {"builder": StaticBuilder(timeout_sec=BUILD_TIMEOUT), "runner": StaticRunner(mach),
+                          "cost_model": TunaCostModel(mach)}
+                strategy = ms.search_strategy.EvolutionarySearch(population_size=population_size)
+            else:
+                kwargs, strategy = measuring_builder_runner(BUILD_TIMEOUT), "evolutionary"
+            contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
+                tasks, str(Path(work_dir) / name / method), strategy=strategy, seed=seed)
+            done: list[Measured] = []
+            start = time.perf_counter()
+            callbacks = [*ms.measure_callback.MeasureCallback.create("default"),
+                         Recorder(done, start, n * trials_per_task, progress)]
+            database = ms.tune_tasks(
+                tasks=contexts,
+                task_weights=weights,
+                work_dir=str(Path(work_dir) / name / method),
+                max_trials_global=n * trials_per_task,
+                max_trials_per_task=trials_per_task,
+                num_trials_per_iter=min(trials_per_task, 64),
+                measure_callbacks=callbacks,
+                **kwargs,
+            )
+            tune_seconds = time.perf_counter() - start
+            report(progress, f"{name}: {method} tuned in {tune_seconds:.1f} s; compiling and timing")
+            ex = ms.relax_integration.compile_relax(database, mod, tgt, params=None)
+            rows.append(NetworkRow(name, method, tune_seconds, _time_vm(ex, name, dev, repeat), len(done),
+                                   extra={"tasks": n}))
+        else:
+            rows.append(_torch_row(name, mach, repeat, seed, progress))
+    return rows
+
+
+def _torch_row(name: str, mach: Machine, repeat: int, seed: int, progress: Progress) -> NetworkRow:
+    if not networks.torch_available():
+        return NetworkRow(name, "pytorch", None, None, note="skipped: PyTorch is not installed")
+    import torch
+
+    torch.set_num_threads(max(int(mach.target.get("num-cores", mach.cores)), 1))
+    report(progress, f"{name}: PyTorch eager, {torch.get_num_threads()} threads")
+    run = networks.torch_callable(name, seed)
+    inp = networks.example_input(name)
+    run(inp)  # warm-up
+    samples = []
+    for _ in range(repeat):
+        count, start = 0, time.perf_counter()
+        while True:  # at least MIN_REPEAT_MS per repeat, as time_evaluator does
+            run(inp)
+            count += 1
+            if time.perf_counter() - start >= MIN_REPEAT_MS / 1000:
+                break
+        samples.append((time.perf_counter() - start) / count)
+    return NetworkRow(name, "pytorch", 0.0, float(statistics.median(samples)),
+                      note=f"torch {torch.__version__}, {torch.get_num_threads()} threads")

@@ -1,0 +1,132 @@
+"""The two ways tuna runs its ES: inside MetaSchedule's tuning, and on the design spaces alone.
+
+- :func:`es_strategy`: the :class:`~.es_search.ESSearch` that :func:`tuna.tune` uses;
+- :func:`run_es`: the ES on a workload's design spaces, with no builder, runner or database.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+import tvm
+
+from ...machine import Machine
+from ...search import es as es_mod
+from ...search import workers as workers_mod
+from ..analysis import runner_tier
+from ..runner import Predictions
+from ..workloads import as_machine
+from .design_space import DesignSpaces, design_spaces
+from .es_search import ESSearch, SearchProgress
+from .worker import worker_score, worker_setup, worker_spec
+
+logger = logging.getLogger("tuna")
+
+
+
+def run_es(
+    mod: tvm.IRModule,
+    target: Any,
+    *,
+    max_evaluations: int,
+    machine: str | None = None,
+    tier: str = "ir",
+    workers: int = 1,
+    cluster: str | None = None,
+    timeout: float = 60.0,
+    seed: int = 0,
+    config: es_mod.ESConfig | None = None,
+    progress: Callable[[es_mod.Progress], None] | None = None,
+) -> tuple[DesignSpaces, es_mod.EvolutionStrategies]:
+    """Run tuna's ES on a workload's design spaces alone (no builder, runner or database).
+
+    Returns
+    -------
+    spaces : DesignSpaces
+        To turn the ES's candidates into traces (``spaces.trace(cand)``).
+    es : EvolutionStrategies
+        The finished search; ``es.best(k)`` are its best candidates.
+    """
+    mach = as_machine(target, machine)
+    spaces, ctx = design_spaces(mod, mach)
+    search_es = es_mod.EvolutionStrategies(spaces.search_space(), config, seed=seed)
+    spec = worker_spec(mod, ctx.space_generator.postprocs, mach, tier)
+    evaluator = workers_mod.make_evaluator(worker_setup, worker_score, spec,
+                                           workers=workers, cluster=cluster, timeout=timeout)
+    start = time.perf_counter()
+    try:
+        es_mod.run(search_es, lambda cands: evaluator([spaces.trace(c) for c in cands]), max_evaluations,
+                   progress=progress)
+    finally:
+        evaluator.close()
+    logger.debug("tuna search: %d evaluations in %.1f s", len(search_es.scores), time.perf_counter() - start)
+    return spaces, search_es
+
+
+#: ES generation size used by :func:`es_strategy` (tune(search="es")).
+ES_POPULATION = 64
+
+#: Full-tier re-ranking factor used by :func:`es_strategy` (see :class:`ESSearch`). 2, not 3:
+#: over six workloads (seed 2, zen4, 64 trials) the picks of the two were within 4% of each
+#: other on each, and the full tier's re-ranking is most of what ES spends beyond the IR tier.
+ES_RERANK = 2
+
+#: File in a tuning work directory that keeps the ES state between runs.
+STATE_FILE = "tuna-es-state.json"
+
+
+def es_strategy(
+    machine: Machine,
+    work_dir: str | os.PathLike,
+    population_size: int,
+    seed: int | None,
+    workers: int | None,
+    cluster: str | None,
+    progress: Callable[[str], None] | None,
+    known: Predictions | None = None,
+) -> ESSearch:
+    """The :class:`ESSearch` that :func:`tuna.tune` uses for ``search="es"``.
+
+    Per round it scores as many candidates as MetaSchedule's EvolutionarySearch asks its
+    cost model for with the same ``population_size`` (the initial population and four
+    genetic iterations: ``5 * population_size``), with tuna's IR tier, in ``workers``
+    processes (None: one per physical core), then re-ranks the best ``ES_RERANK`` times as
+    many candidates as it hands over with the full tier, in the same workers, and records
+    their predictions in ``known`` (see :class:`ESSearch`). On a GPU without nvcc, where
+    the runner itself falls back to the IR tier, it hands over the IR tier's best.
+    """
+    rerank = ES_RERANK if runner_tier(machine) == "full" else 0
+    generations = max(1, math.ceil(5 * population_size / ES_POPULATION))
+    if workers is None:
+        workers = psutil.cpu_count(logical=False) or os.cpu_count() or 1
+
+    def report(p: SearchProgress) -> None:
+        if progress is None or p.es.generation % generations:
+            return
+        best = p.best_seconds
+        best_text = f"{best * 1e6:10.1f} us" if best is not None else "      none"
+        reranked = f"{p.reranked} re-ranked by the full tier ({p.rejected} rejected) | " if rerank else ""
+        progress(f"  es generation {p.es.generation:>4} | IR tier's best {best_text} | "
+                 f"{p.es.evaluations:>6} scored ({p.es.candidates_per_second:,.0f}/s) | {reranked}"
+                 f"{p.measured}/{p.max_trials} handed to the runner")
+
+    return ESSearch(
+        ES_POPULATION,
+        generations,
+        score="ir",
+        machine=machine,
+        workers=workers,
+        cluster=cluster,
+        rerank=rerank,
+        known=known,
+        seed=0 if seed is None else int(seed),
+        state_path=Path(work_dir) / STATE_FILE,
+        progress=report,
+    )

@@ -1,0 +1,388 @@
+"""tuna's evolution-strategies search as a MetaSchedule ``PySearchStrategy``: :class:`ESSearch`.
+
+``ms.tune_tir(strategy=ESSearch(...))`` uses tuna's search with any cost model and runner;
+scored by tuna's tiers, candidates are evaluated in worker processes or on Dask
+(:mod:`.worker`), and the full tier may re-rank the IR tier's picks, handing their
+predictions to the builder (:class:`~tuna.integration.runner.Predictions`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import tvm
+import tvm_ffi
+from tvm import s_tir
+from tvm.ir.utils import derived_object
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy
+
+from ...errors import TunaError
+from ...estimate import WORST_SCORE, seconds_from_score
+from ...machine import Machine
+from ...search import es as es_mod
+from ...search import workers as workers_mod
+from ...tiers import TIERS
+from ..runner import Prediction, Predictions, structural_key
+from ..workloads import as_machine, plain_json
+from .design_space import build, spaces_from_schedules
+from .worker import worker_score, worker_setup, worker_spec
+
+logger = logging.getLogger("tuna")
+
+
+def _trace_key(trace_json: Any) -> str:
+    """A trace's instructions and decisions as text, to recognise it among tuning records."""
+    insts, decisions = trace_json
+    return json.dumps([insts, sorted([int(i), v] for i, v in decisions)], sort_keys=True)
+
+
+@dataclass(frozen=True)
+class SearchProgress:
+    """Progress of an :class:`ESSearch` run, for a callback.
+
+    Attributes
+    ----------
+    es : tuna.search.es.Progress
+        Generation, evaluations, best score, candidates per second of the ES.
+    measured : int
+        Candidates handed to the builder and runner so far (earlier runs included).
+    max_trials : int
+        The run's trial budget.
+    reranked : int
+        Candidates the full tier has re-ranked so far (``rerank``).
+    rejected : int
+        Of those, the ones it failed or that ran past the time limit.
+    """
+
+    es: es_mod.Progress
+    measured: int
+    max_trials: int
+    reranked: int = 0
+    rejected: int = 0
+
+    @property
+    def best_seconds(self) -> float | None:
+        """Best predicted seconds, when scores are tuna's (minus the log of seconds)."""
+        s = self.es.best_score
+        return seconds_from_score(s) if s > WORST_SCORE else None
+
+
+#: Seconds a candidate's full analysis may take when ES re-ranks (see :class:`ESSearch`).
+#: Candidates of the shipped pools compile in at most 1.3 s here (145 of five pools timed);
+#: the ones that ran past the limit in an ES run on SFM:1 (14, softmax rows explicitly
+#: unrolled into straight-line code) kept LLVM busy for over 25 s (184 s for one), so a
+#: longer limit only wastes the workers' time.
+RERANK_TIMEOUT = 5.0
+
+
+@derived_object
+class ESSearch(PySearchStrategy):
+    """tuna's evolution-strategies search as a MetaSchedule search strategy.
+
+    Parameters
+    ----------
+    population : int
+        Candidates per ES generation.
+    generations_per_round : int
+        ES generations between two hand-overs of candidates to the builder and runner.
+    score : str
+        ``"model"``: score with the cost model ``tune_tir`` was given, in this process;
+        ``"ir"`` or ``"full"``: score with tuna's tier of that name for the tuning
+        target (or ``machine``), in ``workers`` processes or on ``cluster``.
+    machine : str or Machine, optional
+        What to model for ``score`` ``"ir"``/``"full"``: a Machine, or the preset to model
+        when the tuning target has no data file of its own.
+    workers : int
+        Worker processes for ``"ir"``/``"full"`` scoring (1: in this process).
+    cluster : str, optional
+        A Dask scheduler address (``tcp://host:port``) or ``local:N``; overrides ``workers``.
+    timeout : float
+        Seconds one candidate may take in a worker before it scores worst.
+    rerank : int
+        With ``score="ir"``: at each hand-over, score the ``rerank * n`` best distinct
+        candidates of the IR tier with the full tier, in the workers, and hand over the
+        ``n`` best of those (0: hand over the IR tier's ``n`` best). The full tier ranks
+        better, and a candidate whose full analysis (LLVM's compile included) fails or
+        runs past ``rerank_timeout`` is not handed over at all.
+    rerank_timeout : float
+        Seconds one candidate's full analysis may take in a worker when re-ranking.
+    known : Predictions, optional
+        Where to record the full tier's prediction of each re-ranked candidate it hands
+        over: given to ``StaticBuilder(known=...)``, it spares those candidates a second
+        compilation.
+    seed : int
+        Seed of the ES.
+    state_path : path, optional
+        Where the ES state is kept between rounds; a run started again with the same
+        file goes on from it (candidates already handed over are not handed over again).
+    progress : callable, optional
+        Called with a :class:`SearchProgress` after each ES generation.
+    config : tuna.search.es.ESConfig, optional
+        Other ES settings (``population`` wins over its own).
+    """
+
+    def __init__(
+        self,
+        population: int = 64,
+        generations_per_round: int = 4,
+        *,
+        score: str = "model",
+        machine: str | Machine | None = None,
+        workers: int = 1,
+        cluster: str | None = None,
+        timeout: float = 60.0,
+        rerank: int = 0,
+        rerank_timeout: float = RERANK_TIMEOUT,
+        known: Predictions | None = None,
+        seed: int = 0,
+        state_path: str | os.PathLike | None = None,
+        progress: Callable[[SearchProgress], None] | None = None,
+        config: es_mod.ESConfig | None = None,
+    ) -> None:
+        super().__init__()
+        if score not in ("model", *TIERS):
+            raise TunaError(f"ESSearch(score={score!r}): choose model, ir or full")
+        if rerank < 0 or (rerank and score != "ir"):
+            raise TunaError(f"ESSearch(rerank={rerank}): re-ranking needs score='ir' and a factor >= 0")
+        base = config or es_mod.ESConfig()
+        self.config = es_mod.ESConfig(**{**{k: getattr(base, k) for k in es_mod.ESConfig.__dataclass_fields__},
+                                         "population": population})
+        self.generations_per_round = generations_per_round
+        self.score, self.machine, self.workers, self.cluster = score, machine, workers, cluster
+        self.timeout, self.seed, self.progress = timeout, seed, progress
+        self.rerank, self.rerank_timeout = int(rerank), float(rerank_timeout)
+        self.known = known
+        self.state_path = Path(state_path) if state_path is not None else None
+        self._ctx = None
+        self._run: _Run | None = None
+
+    def _initialize_with_tune_context(self, context: ms.TuneContext) -> None:
+        self._ctx = context
+
+    def pre_tuning(self, max_trials, num_trials_per_iter, design_spaces, database=None, cost_model=None) -> None:
+        if self._ctx is None:
+            raise TunaError("ESSearch was not initialised with a TuneContext")
+        if self._run is not None:
+            raise TunaError("ESSearch.pre_tuning called twice without post_tuning")
+        self._run = _Run(self, int(max_trials), int(num_trials_per_iter), list(design_spaces), cost_model, database)
+
+    def post_tuning(self) -> None:
+        if self._run is not None:
+            self._run.close()
+            self._run = None
+
+    def generate_measure_candidates(self):
+        if self._run is None:
+            raise TunaError("ESSearch.generate_measure_candidates before pre_tuning")
+        return self._run.next_candidates()
+
+    def notify_runner_results(self, measure_candidates, results) -> None:
+        if self._run is not None:
+            self._run.save()
+
+    def clone(self) -> ESSearch:
+        return ESSearch(
+            self.config.population,
+            self.generations_per_round,
+            score=self.score,
+            machine=self.machine,
+            workers=self.workers,
+            cluster=self.cluster,
+            timeout=self.timeout,
+            rerank=self.rerank,
+            rerank_timeout=self.rerank_timeout,
+            known=self.known,
+            seed=self.seed,
+            state_path=self.state_path,
+            progress=self.progress,
+            config=self.config,
+        )
+
+
+class _Run:
+    """One tuning run of :class:`ESSearch` (between pre_tuning and post_tuning)."""
+
+    def __init__(
+        self, owner: ESSearch, max_trials: int, per_iter: int, schedules: list, cost_model: Any, database: Any
+    ) -> None:
+        ctx = owner._ctx
+        self.owner, self.ctx = owner, ctx
+        self.mod: tvm.IRModule = ctx.mod
+        self.max_trials, self.per_iter = max_trials, per_iter
+        self.cost_model = cost_model
+        self.postprocs = ctx.space_generator.postprocs
+        self.spaces = spaces_from_schedules(self.mod, schedules)
+        self.fingerprint = self._fingerprint()
+        self.database = database
+        # measured: handed to the builder (they count as trials); passed over: not to be
+        # offered (they do not build, repeat a handed-over schedule or failed the full
+        # tier); full: the full tier's scores of re-ranked candidates.
+        self.measured: set[es_mod.Candidate] = set()
+        self.passed: set[es_mod.Candidate] = set()
+        self.full: dict[es_mod.Candidate, float] = {}
+        self.es = self._load() or es_mod.EvolutionStrategies(self.spaces.search_space(), owner.config, seed=owner.seed)
+        # Structural hashes of the schedules handed over: EvolutionStrategies's candidates
+        # differ in decisions, and decisions that do not matter make the same schedule.
+        self.handed: set[int] = set()
+        for cand in self.measured:
+            sch = build(self.mod, self.spaces.trace(cand), self.postprocs)
+            if sch is not None:
+                self.handed.add(structural_key(sch.mod))
+        self.evaluate = self._evaluator()
+        self.empty_rounds = 0
+
+    def _fingerprint(self) -> str:
+        shape = [list(c) for c in self.spaces.search_space().choices]
+        text = json.dumps([str(self.ctx.target), shape, self.owner.score])
+        return f"{tvm_ffi.structural_hash(self.mod)}:{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+
+    def _load(self) -> es_mod.EvolutionStrategies | None:
+        path = self.owner.state_path
+        if path is None or not path.exists():
+            return None
+        try:
+            saved = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as err:
+            logger.warning("tuna search: ignoring unreadable ES state %s: %s", path, err)
+            return None
+        if saved.get("fingerprint") != self.fingerprint:
+            logger.warning("tuna search: %s is the state of another workload or target; starting afresh", path)
+            return None
+        handed = {tuple(c) for c in saved.get("measured", [])}
+        # The state is saved as candidates are handed over; those the interruption kept
+        # out of the database are offered again (they are still among the ES's best).
+        recorded = self._recorded()
+        self.measured = {c for c in handed if _trace_key(self.spaces.trace(c)) in recorded}
+        if len(self.measured) < len(handed):
+            logger.info("tuna search: %d handed-over candidates never reached the database; offering them again",
+                        len(handed) - len(self.measured))
+        self.passed = {tuple(c) for c in saved.get("passed", [])}
+        self.full = {tuple(c): float(v) for c, v in saved.get("full", [])}
+        return es_mod.EvolutionStrategies.from_state(saved["es"])
+
+    def _recorded(self) -> set[str]:
+        """Trace keys of the tuning records already in the database."""
+        if self.database is None:
+            return set()
+        out = set()
+        for rec in self.database.get_all_tuning_records():
+            try:
+                out.add(_trace_key(plain_json(rec.trace.as_json(remove_postproc=True))))
+            except Exception as err:  # a record from another tool: not ours to count
+                logger.debug("tuna search: skipping a record: %s", err)
+        return out
+
+    def save(self) -> None:
+        """Write the ES state (atomically) where the owner said, if anywhere."""
+        path = self.owner.state_path
+        if path is None:
+            return
+        data = {"fingerprint": self.fingerprint, "measured": sorted(list(c) for c in self.measured),
+                "passed": sorted(list(c) for c in self.passed),
+                "full": sorted([list(c), v] for c, v in self.full.items()),
+                "es": self.es.state()}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(json.dumps(data))
+        os.replace(tmp, path)
+
+    def _evaluator(self) -> Callable[[Sequence[es_mod.Candidate]], list[float]]:
+        owner = self.owner
+        if owner.score == "model":
+            if self.cost_model is None:
+                raise TunaError("ESSearch(score='model') needs tune_tir to be given a cost model")
+            self.pool = None
+            return self._model_scores
+        machine = owner.machine if isinstance(owner.machine, Machine) else as_machine(self.ctx.target, owner.machine)
+        spec = worker_spec(self.mod, self.postprocs, machine, owner.score)
+        self.pool = workers_mod.make_evaluator(worker_setup, worker_score, spec, workers=owner.workers,
+                                               cluster=owner.cluster, timeout=owner.timeout)
+        return lambda cands: self.pool([self.spaces.trace(c) for c in cands])
+
+    def _model_scores(self, cands: Sequence[es_mod.Candidate]) -> list[float]:
+        built = [build(self.mod, self.spaces.trace(c), self.postprocs) for c in cands]
+        ok = [i for i, sch in enumerate(built) if sch is not None]
+        scores = [WORST_SCORE] * len(cands)
+        if ok:
+            inputs = [ms.MeasureCandidate(built[i], ms.arg_info.ArgInfo.from_entry_func(built[i].mod, True))
+                      for i in ok]
+            for i, s in zip(ok, self.cost_model.predict(self.ctx, inputs)):
+                scores[i] = float(s)
+        return scores
+
+    def _report(self, p: es_mod.Progress) -> None:
+        if self.owner.progress is not None:
+            rejected = sum(v <= WORST_SCORE for v in self.full.values())
+            self.owner.progress(SearchProgress(p, len(self.measured), self.max_trials, len(self.full), rejected))
+
+    def next_candidates(self):
+        remaining = self.max_trials - len(self.measured)
+        if remaining <= 0:
+            return None
+        want = min(self.per_iter, remaining)
+        per_round = self.owner.config.population * self.owner.generations_per_round
+        picks: list[ms.MeasureCandidate] = []
+        for _ in range(3):  # a round whose best are all handed over already: search on
+            es_mod.run(self.es, self.evaluate, per_round, max_generations=self.owner.generations_per_round,
+                       progress=self._report)
+            for cand, sch, key in self._pick(want):
+                self.measured.add(cand)
+                self.handed.add(key)
+                picks.append(ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_entry_func(sch.mod, True)))
+            if picks:
+                self.save()
+                break
+        if not picks:
+            logger.info("tuna search: no new candidate after three rounds; the search stops")
+            return None
+        return picks
+
+    def _pick(self, want: int) -> list[tuple[es_mod.Candidate, s_tir.Schedule, int]]:
+        """The ``want`` candidates to hand over, with their schedules and structural hashes.
+
+        The ES's best distinct schedules, re-ranked by the full tier if asked.
+        """
+        rerank = self.owner.rerank
+        size = want * max(1, rerank)
+        chosen: list[tuple[es_mod.Candidate, s_tir.Schedule, int]] = []
+        seen = set(self.handed)
+        for cand, _ in self.es.best(self.owner.config.keep, exclude=lambda c: c in self.measured or c in self.passed):
+            sch = build(self.mod, self.spaces.trace(cand), self.postprocs)
+            key = None if sch is None else structural_key(sch.mod)
+            if key is None or key in seen:
+                self.passed.add(cand)
+                continue
+            seen.add(key)
+            chosen.append((cand, sch, key))
+            if len(chosen) == size:
+                break
+        if not rerank or not chosen:
+            return chosen[:want]
+        todo = [c for c, _, _ in chosen if c not in self.full]
+        payloads = [{"trace": self.spaces.trace(c), "tier": "full"} for c in todo]
+        start = time.perf_counter()
+        self.full.update(zip(todo, self.pool(payloads, timeout=self.owner.rerank_timeout)))
+        failed = {c for c, _, _ in chosen if self.full[c] <= WORST_SCORE}
+        self.passed |= failed
+        self.es.reject(sorted(failed))
+        logger.info("tuna search: full tier re-ranked %d candidates in %.1f s (%d failed or ran past %g s)",
+                    len(todo), time.perf_counter() - start, len(failed), self.owner.rerank_timeout)
+        good = sorted((x for x in chosen if x[0] not in failed), key=lambda x: -self.full[x[0]])[:want]
+        if self.owner.known is not None:
+            for cand, _, key in good:
+                self.owner.known.add(key, Prediction.from_score(self.full[cand]))
+        return good
+
+    def close(self) -> None:
+        self.save()
+        if getattr(self, "pool", None) is not None:
+            self.pool.close()

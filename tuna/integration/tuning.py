@@ -1,0 +1,178 @@
+"""Offline tuning with tuna's cost model, runner and search: :func:`tune` and what it returns."""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import tvm
+from tvm import tirx
+from tvm.ir.utils import derived_object
+from tvm.s_tir import meta_schedule as ms
+
+from ..errors import TunaError
+from ..estimate import Estimate
+from ..machine import Machine
+from ..search.workers import check_cluster
+from .analysis import estimate_module, runner_tier
+from .builder import StaticBuilder
+from .cost_model import TunaCostModel
+from .runner import Predictions, StaticRunner
+from .search_strategy import es_strategy
+from .workloads import as_machine, load_workload, tvm_target
+
+
+@dataclass
+class TuneResult:
+    """What :func:`tune` returns.
+
+    Attributes
+    ----------
+    database : ms.Database
+        All tuning records (run times are tuna's predictions).
+    schedule : s_tir.Schedule
+        The chosen schedule.
+    machine : Machine
+        What was modelled.
+    predicted_seconds : float
+        tuna's predicted run time of the chosen schedule (the tier the runner used: full on CPUs).
+    estimate : Estimate
+        The chosen schedule's feature breakdown.
+    trials : int
+        Candidates built and predicted.
+    tune_seconds : float
+        Wall-clock time of the tuning run.
+    cost_model : TunaCostModel
+        The cost model, with its counters.
+    """
+
+    database: Any
+    schedule: Any
+    machine: Machine
+    predicted_seconds: float
+    estimate: Estimate
+    trials: int
+    tune_seconds: float
+    cost_model: Any
+
+
+def tune(
+    workload: str | tvm.IRModule | tirx.PrimFunc,
+    target: Any,
+    work_dir: str | os.PathLike,
+    max_trials: int = 64,
+    *,
+    machine: str | None = None,
+    num_trials_per_iter: int = 32,
+    population_size: int = 256,
+    seed: int | None = 0,
+    num_tuning_cores: int | str = "physical",
+    progress: Callable[[str], None] | None = None,
+    search: str = "es",
+    workers: int | None = None,
+    cluster: str | None = None,
+) -> TuneResult:
+    """Tune one TIR workload offline for ``target`` with tuna's cost model and runner.
+
+    Parameters
+    ----------
+    workload : str, IRModule or PrimFunc
+        A built-in workload (``"GMM:1"``), a TVMScript file, or the TIR itself.
+    target : str, dict, tvm.target.Target
+        Preset name or TVM target.
+    work_dir : path
+        MetaSchedule's work directory (logs and database).
+    max_trials : int
+        Candidates to build and predict in all.
+    progress : callable, optional
+        Called with a line of text after each batch of candidates.
+    search : str
+        ``"es"`` (the default): tuna's evolution strategies
+        (:class:`tuna.integration.ESSearch`), scoring with the IR tier in
+        ``workers`` processes or on ``cluster``, with the same cost-model budget per round
+        (``5 * population_size`` candidates), the best re-ranked by the full tier; its state
+        is kept in ``work_dir`` so that a run started again goes on where it stopped.
+        ``"evolutionary"``: MetaSchedule's EvolutionarySearch driven by tuna's cost model.
+    workers : int, optional
+        Worker processes for ``search="es"`` (1: in this process; default: one per physical core).
+    cluster : str, optional
+        Dask scheduler address or ``local:N`` for ``search="es"``.
+
+    Returns
+    -------
+    TuneResult
+    """
+    if search not in ("evolutionary", "es"):
+        raise TunaError(f"unknown search {search!r}; choose es or evolutionary")
+    mach = as_machine(target, machine)
+    if isinstance(workload, tirx.PrimFunc):
+        mod = tvm.IRModule({"main": workload})
+    elif isinstance(workload, tvm.IRModule):
+        mod = workload
+    else:
+        mod = load_workload(workload)
+    tgt = tvm_target(mach)
+    cost_model = TunaCostModel(mach)
+    runner = StaticRunner(mach)
+    # The ES's re-ranking compiles and predicts its picks with the runner's tier already.
+    known = Predictions()
+    os.makedirs(work_dir, exist_ok=True)
+    callbacks = ms.measure_callback.MeasureCallback.create("default")
+    if progress is not None:
+        callbacks = [*callbacks, _Progress(progress, max_trials, cost_model)]
+    if search == "es":
+        if cluster:
+            check_cluster(cluster)
+        strategy = es_strategy(mach, work_dir, population_size, seed, workers, cluster, progress, known)
+    else:
+        strategy = ms.search_strategy.EvolutionarySearch(population_size=population_size)
+    start = time.perf_counter()
+    database = ms.tune_tir(
+        mod,
+        tgt,
+        str(work_dir),
+        max_trials_global=max_trials,
+        num_trials_per_iter=num_trials_per_iter,
+        builder=StaticBuilder(known=known),
+        runner=runner,
+        cost_model=cost_model,
+        strategy=strategy,
+        measure_callbacks=callbacks,
+        num_tuning_cores=num_tuning_cores,
+        seed=seed,
+    )
+    elapsed = time.perf_counter() - start
+    sch = ms.tir_integration.compile_tir(database, mod, tgt)
+    if sch is None:
+        raise TunaError("tuning produced no valid schedule: every candidate failed to build or analyse")
+    # The tier the runner predicted the candidates with, so the report agrees with the database.
+    est = estimate_module(sch.mod, mach, runner_tier(mach))
+    return TuneResult(database, sch, mach, est.seconds, est, runner.ran, elapsed, cost_model)
+
+
+@derived_object
+class _Progress(ms.measure_callback.PyMeasureCallback):
+    """Reports tuning progress after each batch of candidates."""
+
+    def __init__(self, report: Callable[[str], None], total: int, model: TunaCostModel) -> None:
+        super().__init__()
+        self.report, self.total, self.model = report, total, model
+        self.done, self.best = 0, math.inf
+        self.start = time.perf_counter()
+
+    def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results) -> None:
+        self.done += len(runner_results)
+        for res in runner_results:
+            if res.run_secs:
+                self.best = min(self.best, float(res.run_secs[0]))
+        rate = self.model.predicted / max(self.model.seconds, 1e-9)
+        # tuna's ES scores in its own workers and reports that itself; the cost model is idle.
+        model = f"cost model {self.model.predicted} scored ({rate:,.0f}/s) | " if self.model.predicted else ""
+        self.report(
+            f"  {self.done:>5}/{self.total} candidates built and predicted | best predicted "
+            f"{self.best * 1e6:10.1f} us | {model}{time.perf_counter() - self.start:6.1f} s"
+        )

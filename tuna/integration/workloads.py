@@ -1,0 +1,109 @@
+"""Workloads, targets and machines on the TVM side.
+
+Built-in Ansor workloads and TVMScript parsing (:func:`load_workload`,
+:func:`parse_tvmscript`), the TVM target of a machine (:func:`tvm_target`), the machine a
+target stands for (:func:`as_machine`), and TVM values as plain JSON (:func:`plain_json`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import tvm
+from tvm import tirx
+from tvm.s_tir.meta_schedule.testing import te_workload
+
+from ..errors import TunaError, WorkloadError
+from ..machine import Machine, resolve
+
+
+def workload_names() -> dict[str, int]:
+    """Built-in Ansor workloads and how many configurations each has."""
+    return {name: len(params) for name, (_, params) in te_workload.CONFIGS.items()}
+
+
+def parse_tvmscript(text: str, what: str) -> tvm.IRModule:
+    """Parse TVMScript holding a TIR PrimFunc into an IRModule.
+
+    Raises
+    ------
+    WorkloadError
+        Naming ``what`` when the text does not parse or holds no PrimFunc.
+    """
+    try:
+        parsed = tvm.script.from_source(text)
+    except Exception as err:  # TVMScript's parser raises many kinds
+        raise WorkloadError(f"{what} does not parse as TVMScript: {err}") from None
+    if isinstance(parsed, tirx.PrimFunc):
+        parsed = tvm.IRModule({"main": parsed})
+    if not isinstance(parsed, tvm.IRModule) or not any(isinstance(f, tirx.PrimFunc) for f in parsed.functions.values()):
+        raise WorkloadError(f"{what} holds no TIR PrimFunc")
+    return parsed
+
+
+def load_workload(spec: str | os.PathLike) -> tvm.IRModule:
+    """An IRModule from a built-in workload (``"GMM:1"``) or a TVMScript file.
+
+    Raises
+    ------
+    WorkloadError
+        For an unknown workload or index, or a file that does not parse.
+    """
+    text = str(spec)
+    path = Path(text)
+    if path.suffix in (".py", ".tvmscript", ".tir") or path.exists():
+        if not path.exists():
+            raise WorkloadError(f"workload file {text} does not exist")
+        return parse_tvmscript(path.read_text(), f"workload file {text}")
+    name, _, index = text.replace("-", ":").partition(":")
+    configs = workload_names()
+    if name.upper() not in configs:
+        raise WorkloadError(
+            f"unknown workload {text!r}: give NAME:INDEX with NAME one of {', '.join(configs)}, or a TVMScript file"
+        )
+    name = name.upper()
+    try:
+        idx = int(index or 0)
+    except ValueError:
+        raise WorkloadError(f"workload index {index!r} is not an integer") from None
+    if not 0 <= idx < configs[name]:
+        raise WorkloadError(f"workload {name} has configurations 0..{configs[name] - 1}, not {idx}")
+    return tvm.IRModule({"main": te_workload.create_te_workload(name, idx)})
+
+
+def tvm_target(machine: Machine) -> tvm.target.Target:
+    """The ``tvm.target.Target`` to compile candidates for ``machine``."""
+    spec = {k: list(v) if isinstance(v, tuple) else v for k, v in machine.target.items()}
+    try:
+        return tvm.target.Target(spec)
+    except Exception as err:
+        raise TunaError(f"TVM rejects the target {spec}: {err}") from None
+
+
+def as_machine(target: Any, machine: str | Machine | None = None) -> Machine:
+    """The :class:`~tuna.machine.Machine` that ``target`` stands for.
+
+    ``target`` itself when it is a Machine; otherwise :func:`tuna.machine.resolve` of it
+    (a preset name, a TVM target dict or object), with ``machine`` the preset to model
+    when tuna has no file for that target.
+    """
+    if isinstance(target, Machine):
+        return target
+    return resolve(target, machine)
+
+
+def plain_json(obj: Any) -> Any:
+    """TVM containers and immediates as plain JSON values (traces, target dicts)."""
+    if isinstance(obj, (bool, int, float, str)) or obj is None:
+        return obj
+    if isinstance(obj, tvm.tirx.IntImm):
+        return int(obj.value)
+    if isinstance(obj, tvm.tirx.FloatImm):
+        return float(obj.value)
+    if hasattr(obj, "items"):
+        return {str(k): plain_json(v) for k, v in obj.items()}
+    if hasattr(obj, "__len__") and hasattr(obj, "__getitem__"):
+        return [plain_json(x) for x in obj]
+    return str(obj)
