@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from tuna import bench
+from tuna.errors import TunaError
 
 LAT = np.array([4.0, 1.0, 3.0, 2.0, 5.0])
 
@@ -148,7 +149,7 @@ def test_evaluate_reports_tables_and_json_with_synthetic_pool():
     data = bench.rank_json(results)
     json.dumps(data, allow_nan=False)
     assert data["mean"]["noise-ceiling"]["seconds_per_candidate"] is None
-    with pytest.raises(bench.TunaError, match="returned"):
+    with pytest.raises(TunaError, match="returned"):
         bench.evaluate([pool], {"bad": lambda p, tr, te: (np.zeros(3), 0.0)})
 
 
@@ -166,3 +167,13 @@ def test_evaluate_on_real_pool_with_xgboost(gmm_pool):
     assert by_model["noise-ceiling"].metrics["top-1"] >= 0.9
     again = bench.evaluate([pool], {"xgb": integration.xgb_scores}, n_train=20)[0]
     assert dict(again.metrics) == dict(by_model["xgb"].metrics)  # seeded
+
+
+def test_import_of_the_yardstick_loads_neither_tvm_nor_matplotlib():
+    import subprocess
+    import sys
+
+    code = ("import sys, tuna.bench; "
+            "print(sorted(m for m in ('tvm', 'matplotlib', 'tuna.integration') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
