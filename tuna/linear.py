@@ -9,7 +9,7 @@ GPU targets use :data:`GPU_TERMS` instead, in SM clock cycles, with the same for
 
 Coefficients live in ``tuna/data/coeffs/<preset>.toml``, one table per tier, written by
 ``tuna calibrate`` from measured pools and naming the pools they were fitted on; a fit
-holds some coefficients at given values (:func:`held_terms` says which and why). A target
+holds some coefficients at given values (:func:`held` says which and why). A target
 without a file uses :func:`default_coefficients`: every cycle term counts once, a
 parallel region costs the target file's measured ``parallel_region_us`` (else
 :data:`PARALLEL_LAUNCH_SECONDS`), a library call on a CPU the target's ``latency.call``,
@@ -82,10 +82,25 @@ class Held:
 
 
 def held_terms(machine: Machine, tier: str, full: Mapping[str, float] | None = None) -> dict[str, Held]:
-    """Coefficients a fit keeps at given values instead of fitting them, each with its reason.
+    """The coefficients :func:`held` names, each with the reason a coefficient file's header gives
+    (:func:`to_toml`); adding a held term is one entry here."""
+    if machine.kind != "cpu":
+        return {}
+    if tier == "full":
+        fixed = {"l2_fill_cycles": Held(1.0, "1: fills at the target file's L2 bandwidth; see linear.held")}
+        if machine.parallel_region_us is not None:
+            fixed["launches"] = Held(launch_cycles(machine),
+                                     f"parallel_region_us = {machine.parallel_region_us} in the target file")
+        return fixed
+    if tier == "ir":
+        shipped = full is None
+        value = (coefficients(machine, "full").values if shipped else full).get("call_block_ops", 0.0)
+        return {"call_block_ops": Held(float(value), "the full tier's" + (", as shipped" if shipped else ""))}
+    return {}
 
-    The reasons are what the coefficient file's header says (:func:`to_toml`); the evidence
-    for each is here.
+
+def held(machine: Machine, tier: str, full: Mapping[str, float] | None = None) -> dict[str, float]:
+    """Coefficients a fit keeps at given values instead of fitting them (:func:`held_terms`).
 
     The full tier's ``launches`` is the measured parallel-region cost where the target
     file has one: fitted freely it took 3.8x the measurement, standing in for other costs
@@ -113,23 +128,6 @@ def held_terms(machine: Machine, tier: str, full: Mapping[str, float] | None = N
     Ad-hoc variants of it with more, smaller parallel chunks ran 0.95-1.05x the pool's best;
     with the term held at 1 they are predicted 0.93-1.01x, and the pick 1.14x.
     """
-    if machine.kind != "cpu":
-        return {}
-    if tier == "full":
-        fixed = {"l2_fill_cycles": Held(1.0, "1: fills at the target file's L2 bandwidth; see linear.held")}
-        if machine.parallel_region_us is not None:
-            fixed["launches"] = Held(launch_cycles(machine),
-                                     f"parallel_region_us = {machine.parallel_region_us} in the target file")
-        return fixed
-    if tier == "ir":
-        shipped = full is None
-        value = (coefficients(machine, "full").values if shipped else full).get("call_block_ops", 0.0)
-        return {"call_block_ops": Held(float(value), "the full tier's" + (", as shipped" if shipped else ""))}
-    return {}
-
-
-def held(machine: Machine, tier: str, full: Mapping[str, float] | None = None) -> dict[str, float]:
-    """Coefficients a fit keeps at given values instead of fitting them (which and why: :func:`held_terms`)."""
     return {term: h.value for term, h in held_terms(machine, tier, full).items()}
 
 
