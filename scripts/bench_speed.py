@@ -9,17 +9,16 @@ each timed on the same scheduled module.
 
 import sys
 import time
-from pathlib import Path
 
 from tuna import bench, integration, machine
-
-POOLS = Path(bench.__file__).parent / "data" / "pools"
 
 
 def main(names: list[str]) -> None:
     zen4 = machine.preset("zen4")
     for name in names or ["GMM-1", "C2D-1", "SFM-1"]:
-        pool = bench.load_pool(POOLS / f"{name}.json")
+        pool = bench.shipped_pool(name)
+        if pool is None:
+            raise SystemExit(f"tuna ships no pool {name}")
         mod = integration.pool_module(pool)
         picks = range(0, len(pool.traces), 8)
         spent = {"compile": 0.0, "full": 0.0, "ir": 0.0}

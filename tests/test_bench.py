@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from tuna import bench
+from tuna.errors import TunaError
 
 LAT = np.array([4.0, 1.0, 3.0, 2.0, 5.0])
 
@@ -148,7 +149,7 @@ def test_evaluate_reports_tables_and_json_with_synthetic_pool():
     data = bench.rank_json(results)
     json.dumps(data, allow_nan=False)
     assert data["mean"]["noise-ceiling"]["seconds_per_candidate"] is None
-    with pytest.raises(bench.TunaError, match="returned"):
+    with pytest.raises(TunaError, match="returned"):
         bench.evaluate([pool], {"bad": lambda p, tr, te: (np.zeros(3), 0.0)})
 
 
@@ -166,3 +167,35 @@ def test_evaluate_on_real_pool_with_xgboost(gmm_pool):
     assert by_model["noise-ceiling"].metrics["top-1"] >= 0.9
     again = bench.evaluate([pool], {"xgb": integration.xgb_scores}, n_train=20)[0]
     assert dict(again.metrics) == dict(by_model["xgb"].metrics)  # seeded
+
+
+def test_import_of_the_yardstick_loads_neither_tvm_nor_matplotlib():
+    import subprocess
+    import sys
+
+    code = ("import sys, tuna.bench; "
+            "print(sorted(m for m in ('tvm', 'matplotlib', 'tuna.integration') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_shipped_pool_is_found_by_workload_name():
+    assert bench.shipped_pool("gmm:1").name == "GMM-1"
+    assert bench.shipped_pool("NRM-0").name == "NRM-0"
+    assert bench.shipped_pool("GMM:99") is None
+
+
+def test_fit_rows_are_cycles_of_analysable_candidates_without_the_pool_left_out():
+    from tuna.machine import preset
+
+    zen4 = preset("zen4")
+    a = bench.load_pool(_pool_dict(n=3))
+    b = bench.load_pool({**_pool_dict(n=2), "workload": ["SFM", 1]})
+    features = {"GMM-1": [{"compute_cycles": 1.0}, None, {"compute_cycles": 3.0}],
+                "SFM-1": [{"compute_cycles": 5.0}, {"compute_cycles": 6.0}]}
+    rows, lat, groups = bench.fit_rows(features, [a, b], zen4)
+    assert [r["compute_cycles"] for r in rows] == [1.0, 3.0, 5.0, 6.0]
+    assert groups == ["GMM-1", "GMM-1", "SFM-1", "SFM-1"]
+    assert lat[0] == pytest.approx(1e-3 * zen4.frequency_ghz * 1e9)
+    rows, _, groups = bench.fit_rows(features, [a, b], zen4, leave_out="GMM-1")
+    assert groups == ["SFM-1", "SFM-1"]

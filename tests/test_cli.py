@@ -25,3 +25,12 @@ def test_bad_input_gets_a_clear_message_and_exit_code_2(capsys):
     assert "unknown target preset 'zen9'" in capsys.readouterr().err
     assert cli.main(["explain", "GMM:1", "--target", '{"kind": "llvm", "mtriple": "riscv64-linux-gnu"}']) == 2
     assert "instruction set" in capsys.readouterr().err
+
+
+def test_the_docstring_lists_every_command():
+    parser = cli.build_parser()
+    commands = parser._subparsers._group_actions[0].choices
+    for name, sub in commands.items():
+        nested = [a for a in sub._actions if a.dest == "bench_command"]
+        for full in [f"{name} {b}" for b in nested[0].choices] if nested else [name]:
+            assert f"``tuna {full}" in cli.__doc__, full

@@ -56,6 +56,8 @@ def test_fit_holds_measured_coefficients_and_fits_the_rest():
 def test_coefficient_files_round_trip_and_reject_unknown_terms():
     zen4 = machine.preset("zen4")
     text = linear.to_toml({"ir": {"compute_cycles": 2.0, "calls": 9.0}}, zen4, ["GMM-1"], "test.")
+    # the header names what the fit held, and why (the IR tier's call_block_ops: the shipped full tier's)
+    assert "\n# Held, not fitted: ir: call_block_ops (the full tier's, as shipped).\n" in text
     coeffs = linear.parse(text, zen4, "ir", "test")
     assert coeffs.values["compute_cycles"] == 2.0 and coeffs.fitted_on == ("GMM-1",)
     assert coeffs.cycles({"compute_cycles": 10, "calls": 1}) == 29.0

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
-from tuna import bench, plots
+from tuna import bench
+from tuna.bench import plots
 
 
 def _synthetic_rank(pools=("P-0", "P-1", "P-2", "P-3"), models=("random", "xgb-64", "tuna-ir", "tuna-full")):

@@ -1,4 +1,8 @@
-"""The ``tuna`` command: all of tuna's file and terminal I/O lives here.
+"""The ``tuna`` command: it parses the arguments, reads and writes the files the user names,
+and prints; the work is the library's (:mod:`tuna.bench`, :mod:`tuna.integration`,
+:mod:`tuna.linear`). The library prints nothing (it logs), and writes files only in the
+work directories of tuning and measuring runs (``--work-dir``: MetaSchedule's databases and
+logs, the built candidates) and in temporary folders.
 
 ``tuna tune WORKLOAD --target T``   offline tuning run with a readable report
 ``tuna explain WORKLOAD --target T`` the feature breakdown of one schedule
@@ -7,6 +11,7 @@
 ``tuna bench collect WORKLOAD``      measure a new pool on this machine (MetaSchedule + re-timing)
 ``tuna bench tune WORKLOADS``        offline tuning with tuna against measured tuning, picks timed here
 ``tuna bench network``               whole networks: tuna, MetaSchedule, untuned and PyTorch, timed here
+``tuna bench launch``                the cost of one TVM parallel region on this machine
 ``tuna bench report``                BENCHMARKS.md from the JSON the bench commands wrote
 ``tuna calibrate POOLS``             fit the linear model's coefficients to measured pools
 """
@@ -14,11 +19,9 @@
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import logging
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -138,39 +141,12 @@ def _load_pools(paths: list[str]):
     return [bench.load_pool(f) for f in files]
 
 
-def _pool_features(pools, mach, tiers: list[str]) -> tuple[dict, dict]:
-    """Features of every candidate of every pool per tier, with a progress line."""
-    from . import integration
-
-    feats: dict[str, dict] = {t: {} for t in tiers}
-    secs: dict[str, dict] = {t: {} for t in tiers}
-    for tier in tiers:
-        for pool in pools:
-            start = time.perf_counter()
-
-            def progress(done: int, total: int, pool=pool, tier=tier, start=start) -> None:
-                # A live counter on a terminal; one line per pool in a log.
-                if done == total or (done % 16 == 0 and sys.stderr.isatty()):
-                    rate = done / max(time.perf_counter() - start, 1e-9)
-                    print(f"\r   {tier:<4} {pool.name:<8} {done:>4}/{total} candidates ({rate:.1f}/s)",
-                          end="" if done < total else "\n", file=sys.stderr, flush=True)
-
-            feats[tier][pool.name], secs[tier][pool.name] = integration.pool_features(pool, mach, tier, progress)
-    return feats, secs
-
-
-def _fit_rows(feats: dict, pools, mach, leave_out: str | None = None):
-    rows, lat, groups = [], [], []
-    clock = mach.frequency_ghz * 1e9
-    for pool in pools:
-        if pool.name == leave_out:
-            continue
-        for f, secs in zip(feats[pool.name], pool.secs_a):
-            if f is not None:
-                rows.append(f)
-                lat.append(secs * clock)
-                groups.append(pool.name)
-    return rows, lat, groups
+def _feature_progress(tier: str, pool, done: int, total: int, seconds: float) -> None:
+    """A live counter on a terminal; one line per pool and tier in a log."""
+    if done == total or (done % 16 == 0 and sys.stderr.isatty()):
+        rate = done / max(seconds, 1e-9)
+        print(f"\r   {tier:<4} {pool.name:<8} {done:>4}/{total} candidates ({rate:.1f}/s)",
+              end="" if done < total else "\n", file=sys.stderr, flush=True)
 
 
 def _tiers(text: str) -> list[str]:
@@ -184,13 +160,11 @@ def _tiers(text: str) -> list[str]:
 
 
 def _bench_rank(args: argparse.Namespace) -> int:
-    from types import MappingProxyType
-
-    from . import bench, integration, linear
+    from . import bench
 
     _quiet_tvm()
     pools = _load_pools(args.pools)
-    mach = integration._machine(args.target, args.machine)
+    mach = machines.resolve(args.target, args.machine)
     tiers = _tiers(args.tiers)
     png = args.png or (str(Path(args.json).with_suffix(".png")) if args.json else "bench-rank.png")
     for path in (args.json, png):  # before minutes of analysis, not after
@@ -198,61 +172,23 @@ def _bench_rank(args: argparse.Namespace) -> int:
             _check_output(path)
     start = time.perf_counter()
     print(f"== tuna bench rank: {len(pools)} pools for {mach.name}, tiers {', '.join(tiers)}", file=sys.stderr)
-    feats, secs = _pool_features(pools, mach, tiers)
-    scorers = dict(bench.baselines(args.seed))
-    if not args.no_xgb:
-        scorers["xgb-64"] = lambda pool, tr, te: integration.xgb_scores(pool, tr, te, seed=args.seed)
-    unseen = {
-        pool.name: linear.fit_tiers(mach, {t: _fit_rows(feats[t], pools, mach, pool.name) for t in tiers})
-        for pool in pools
-    } if len(pools) > 1 else {}
-    for tier in tiers:
-        shipped = linear.coefficients(mach, tier)
-        scorers[f"tuna-{tier}"] = bench.feature_scorer(
-            feats[tier], secs[tier], lambda name, f, c=shipped: linear.seconds(f, c, mach)
-        )
-        if unseen:
-            held_out = {name: linear.Coefficients(mach.name, tier, MappingProxyType(fits[tier]))
-                        for name, fits in unseen.items()}
-            scorers[f"tuna-{tier}-unseen"] = bench.feature_scorer(
-                feats[tier], secs[tier], lambda name, f, h=held_out: linear.seconds(f, h[name], mach)
-            )
-    results = bench.evaluate(pools, scorers, seed=args.seed, progress=lambda line: print("   " + line, file=sys.stderr))
+    results, data = bench.rank_pools(pools, mach, tiers, seed=args.seed, xgb=not args.no_xgb,
+                                     progress=lambda line: print("   " + line, file=sys.stderr),
+                                     feature_progress=_feature_progress)
     print(bench.rank_table(results))
-    notes = [f"coefficients: {linear.coefficients(mach, t).source} ({t} tier)" for t in tiers]
-    notes.append("tuna-<tier>-unseen: coefficients fitted on the other pools of this run, never on the pool ranked")
-    notes.append(f"machine {mach.name}; split seed {args.seed}; {time.perf_counter() - start:.0f} s in all")
-    print("\n".join(notes))
-    data = bench.rank_json(results)
-    data["predictions"] = {
-        f"tuna-{tier}": _predictions(feats[tier], pools, linear.coefficients(mach, tier), mach) for tier in tiers
-    }
+    print("\n".join(bench.rank_notes(mach, tiers, args.seed, time.perf_counter() - start)))
     data["meta"] = _meta(args, mach, time.perf_counter() - start, tiers=tiers, pools=[p.source for p in pools])
     if args.json:
         _write(args.json, json.dumps(data, indent=2))
-    _save_figure(_rank_figure(data, mach), png)
+    _save_figure(_plots().rank_figure(data, bench.rank_figure_title(data, mach)), png)
     return 0
 
 
-def _predictions(feats: dict, pools, coeffs, mach) -> dict:
-    """Per pool, every candidate's measured and predicted seconds (None: not analysable)."""
-    from . import linear
+def _plots():
+    """tuna.bench.plots, imported when a figure is drawn (matplotlib is slow to import)."""
+    from .bench import plots
 
-    return {
-        pool.name: {
-            "measured": [float(x) for x in pool.secs_a],
-            "predicted": [None if f is None else linear.seconds(f, coeffs, mach) for f in feats[pool.name]],
-        }
-        for pool in pools
-    }
-
-
-def _rank_figure(data: dict, mach):
-    from . import plots
-
-    pools = len({r["pool"] for r in data["results"]})
-    return plots.rank_figure(data, f"tuna bench rank: {pools} pools, modelled as {mach.name} "
-                                   "(shipped coefficients; diagonal = perfect prediction)")
+    return plots
 
 
 def _save_figure(fig, path: str) -> None:
@@ -279,39 +215,10 @@ def _write(path: str, text: str) -> None:
     print(f"wrote {path}")
 
 
-def _machine_info() -> dict:
-    """This machine as lscpu names it, and the TVM in use (for the benchmark records)."""
-    from importlib import metadata
-
-    from .search.processes import run_tool, which
-
-    info = {"model_name": platform.processor() or platform.machine(), "cores": os.cpu_count()}
-    if which("lscpu"):
-        fields = dict(
-            line.split(":", 1) for line in run_tool(["lscpu"], timeout=30).stdout.splitlines() if ":" in line
-        )
-        info["model_name"] = fields.get("Model name", info["model_name"]).strip()
-        info["cores"] = int(fields.get("CPU(s)", info["cores"]))
-        # A bare "AMD EPYC" (as some VMs report) says nothing of the generation; family and model do.
-        info["cpu_family"] = fields.get("CPU family", "").strip()
-        info["cpu_model"] = fields.get("Model", "").strip()
-    try:
-        info["tvm"] = metadata.version("apache-tvm")
-    except metadata.PackageNotFoundError:
-        info["tvm"] = "?"
-    return info
-
-
 def _meta(args: argparse.Namespace, mach, seconds: float, **extra) -> dict:
-    argv = getattr(args, "argv", None) or sys.argv[1:]
-    return {
-        "machine": _machine_info(),
-        "target": mach.name,
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": " ".join(["tuna", *argv]),
-        "seconds": seconds,
-        **extra,
-    }
+    from . import bench
+
+    return bench.meta(getattr(args, "argv", None) or sys.argv[1:], mach, seconds, **extra)
 
 
 def _stderr(line: str) -> None:
@@ -355,17 +262,6 @@ def _bench_launch(args: argparse.Namespace) -> int:
     return 0
 
 
-def _shipped_pool(workload: str):
-    """The shipped pool of ``workload`` (a :class:`tuna.bench.Pool`), if tuna ships one."""
-    from . import bench
-
-    name = workload.upper().replace(":", "-")
-    for path in bench.shipped_pools():
-        if path.stem == name:
-            return bench.load_pool(path)
-    return None
-
-
 def _bench_tune(args: argparse.Namespace) -> int:
     from . import bench, integration
     from .integration import measure
@@ -392,7 +288,7 @@ def _bench_tune(args: argparse.Namespace) -> int:
         work = Path(args.work_dir) / Path(w.replace(":", "-")).name
         for row in measure.compare_tuning(w, mach, work, args.trials,
                                           searches=searches, num_trials_per_iter=args.per_iter, seed=args.seed,
-                                          more_seeds=more_seeds, progress=_stderr, reference=_shipped_pool(w)):
+                                          more_seeds=more_seeds, progress=_stderr, reference=bench.shipped_pool(w)):
             if row.get("schedule") is not None:  # each pick's scheduled TIR, to study it later
                 path = work / "picks" / f"{row['method']}.py"
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -459,25 +355,13 @@ def _read_json(path: str | None, what: str) -> dict | None:
     return data
 
 
-def _read_runs(paths: list[str] | None, what: str) -> dict | None:
-    """Several runs of one `tuna bench` command as one: their rows, and their commands joined."""
-    runs = [_read_json(p, what) for p in paths or ()]
-    if not runs:
-        return None
-    if len(runs) == 1:
-        return runs[0]
-    metas = [r.get("meta", {}) for r in runs]
-    meta = {**metas[0], "command": "; ".join(m.get("command", "?") for m in metas),
-            "date": max(m.get("date", "") for m in metas), "seconds": sum(m.get("seconds") or 0 for m in metas)}
-    return {"rows": [row for r in runs for row in r["rows"]], "meta": meta}
-
-
 def _bench_report(args: argparse.Namespace) -> int:
-    from . import bench, plots
+    from . import bench
 
+    plots = _plots()
     rank = _read_json(args.rank, "rank")
-    tune = _read_runs(args.tune, "tune")
-    network = _read_runs(args.network, "network")
+    tune = bench.join_runs([_read_json(p, "tune") for p in args.tune or ()])
+    network = bench.join_runs([_read_json(p, "network") for p in args.network or ()])
     out = _check_output(args.output)
     figures = {}
     fig_dir = Path(args.figures) if args.figures else out.parent
@@ -497,35 +381,26 @@ def _bench_report(args: argparse.Namespace) -> int:
             figures[key] = rel(png)
     text = bench.benchmarks_markdown(
         rank, tune, network, figures=figures, command=args.command_line,
-        generated=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"), note=args.note or "",
+        generated=bench.now(), note=args.note or "",
     )
     _write(str(out), text)
     return 0
 
 
 def _calibrate(args: argparse.Namespace) -> int:
-    from . import integration, linear
+    from . import bench
 
     _quiet_tvm()
     pools = _load_pools(args.pools)
-    mach = integration._machine(args.target, args.machine)
+    mach = machines.resolve(args.target, args.machine)
     tiers = _tiers(args.tiers)
-    feats, _ = _pool_features(pools, mach, tiers)
-    tables = linear.fit_tiers(mach, {t: _fit_rows(feats[t], pools, mach) for t in tiers})
+    feats, _ = bench.pool_features(pools, mach, tiers, _feature_progress)
+    tables = bench.fit_pools(feats, pools, mach)
     for tier, table in tables.items():
         print(f"[{tier}] " + ", ".join(f"{k} {v:.4g}" for k, v in table.items()))
-    names = [f"{p.name} ({Path(p.source).name})" for p in pools]
-    note = f"pools: {', '.join(names)}."
-    why = {"launches": f"parallel_region_us = {mach.parallel_region_us} in the target file",
-           "call_block_ops": "the full tier's" + ("" if "full" in tables else ", as shipped"),
-           "l2_fill_cycles": "1: fills at the target file's L2 bandwidth; see linear.held"}
-    kept = [f"{t}: {k} ({why.get(k, '')})" for t in tables for k in linear.held(mach, t, tables.get("full"))]
-    if kept:
-        note += "\n# Held, not fitted: " + "; ".join(kept) + "."
-    text = linear.to_toml(tables, mach, [p.name for p in pools], note)
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
+    out.write_text(bench.coefficient_file(tables, mach, pools))
     print(f"wrote {out}")
     return 0
 

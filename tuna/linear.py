@@ -3,15 +3,17 @@
 Both CPU tiers report the same terms, all in cycles of one core (or counts), so one
 formula turns them into seconds::
 
-    seconds = sum(coefficient[t] * feature[t] for t in TERMS) / clock
+    seconds = max(sum(coefficient[t] * feature[t] for t in TERMS), 1) / clock
 
 GPU targets use :data:`GPU_TERMS` instead, in SM clock cycles, with the same formula.
 
 Coefficients live in ``tuna/data/coeffs/<preset>.toml``, one table per tier, written by
-``tuna calibrate`` from measured pools and naming the pools they were fitted on. A target
+``tuna calibrate`` from measured pools and naming the pools they were fitted on; a fit
+holds some coefficients at given values (:func:`held` says which and why). A target
 without a file uses :func:`default_coefficients`: every cycle term counts once, a
-parallel region costs :data:`PARALLEL_LAUNCH_SECONDS` and a library call the target's
-``latency.call``.
+parallel region costs the target file's measured ``parallel_region_us`` (else
+:data:`PARALLEL_LAUNCH_SECONDS`), a library call on a CPU the target's ``latency.call``,
+and the terms only a fit can price nothing.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ GPU_TERMS = (
 #: of a fork/join in TVM's runtime thread pool), for targets whose data file has no
 #: measured ``parallel_region_us``.
 PARALLEL_LAUNCH_SECONDS = 3e-6
+#: The analysis tiers that have coefficients (a table each in a coefficient file).
 TIERS = ("ir", "full")
 
 
@@ -70,8 +73,34 @@ def launch_cycles(machine: Machine) -> float:
     return (PARALLEL_LAUNCH_SECONDS if us is None else us * 1e-6) * machine.frequency_ghz * 1e9
 
 
+@dataclass(frozen=True)
+class Held:
+    """A coefficient a fit keeps at ``value``, and the reason a coefficient file gives for it."""
+
+    value: float
+    reason: str
+
+
+def held_terms(machine: Machine, tier: str, full: Mapping[str, float] | None = None) -> dict[str, Held]:
+    """The coefficients :func:`held` names, each with the reason a coefficient file's header gives
+    (:func:`to_toml`); adding a held term is one entry here."""
+    if machine.kind != "cpu":
+        return {}
+    if tier == "full":
+        fixed = {"l2_fill_cycles": Held(1.0, "1: fills at the target file's L2 bandwidth; see linear.held")}
+        if machine.parallel_region_us is not None:
+            fixed["launches"] = Held(launch_cycles(machine),
+                                     f"parallel_region_us = {machine.parallel_region_us} in the target file")
+        return fixed
+    if tier == "ir":
+        shipped = full is None
+        value = (coefficients(machine, "full").values if shipped else full).get("call_block_ops", 0.0)
+        return {"call_block_ops": Held(float(value), "the full tier's" + (", as shipped" if shipped else ""))}
+    return {}
+
+
 def held(machine: Machine, tier: str, full: Mapping[str, float] | None = None) -> dict[str, float]:
-    """Coefficients a fit keeps at given values instead of fitting them.
+    """Coefficients a fit keeps at given values instead of fitting them (:func:`held_terms`).
 
     The full tier's ``launches`` is the measured parallel-region cost where the target
     file has one: fitted freely it took 3.8x the measurement, standing in for other costs
@@ -99,17 +128,7 @@ def held(machine: Machine, tier: str, full: Mapping[str, float] | None = None) -
     Ad-hoc variants of it with more, smaller parallel chunks ran 0.95-1.05x the pool's best;
     with the term held at 1 they are predicted 0.93-1.01x, and the pick 1.14x.
     """
-    if machine.kind != "cpu":
-        return {}
-    if tier == "full":
-        fixed = {"l2_fill_cycles": 1.0}
-        if machine.parallel_region_us is not None:
-            fixed["launches"] = launch_cycles(machine)
-        return fixed
-    if tier == "ir":
-        value = (full if full is not None else coefficients(machine, "full").values).get("call_block_ops", 0.0)
-        return {"call_block_ops": float(value)}
-    return {}
+    return {term: h.value for term, h in held_terms(machine, tier, full).items()}
 
 
 #: How much the full tier's fit favours fast candidates: each row's relative error is
@@ -159,7 +178,9 @@ def terms(machine: Machine) -> tuple[str, ...]:
 
 
 def default_coefficients(machine: Machine, tier: str) -> Coefficients:
-    """Physical defaults: each cycle term counts once; launches cost a fixed time; count terms nothing."""
+    """Physical defaults: each cycle term counts once, a launch :func:`launch_cycles` and ``const``
+    nothing; on a CPU a library call costs the target's ``latency.call`` and the terms only a fit
+    can price nothing."""
     values = dict.fromkeys(terms(machine), 1.0)
     values["launches"] = launch_cycles(machine)
     if machine.kind != "gpu":
@@ -267,11 +288,18 @@ def fit(
 
 
 def to_toml(tables: Mapping[str, Mapping[str, float]], machine: Machine, fitted_on: Iterable[str], note: str) -> str:
-    """A coefficient file for ``machine`` with one table per tier."""
+    """A coefficient file for ``machine`` with one table per tier.
+
+    Its header carries ``note`` and the coefficients the fit held, with their reasons
+    (:func:`held_terms`).
+    """
     pools = sorted(fitted_on)
+    full = tables.get("full")
+    kept = [f"{t}: {term} ({h.reason})" for t in tables for term, h in held_terms(machine, t, full).items()]
     lines = [
         f"# Coefficients of tuna's linear model for {machine.title} ({machine.name}).",
         f"# Written by `tuna calibrate`; {note}",
+        *([f"# Held, not fitted: {'; '.join(kept)}."] if kept else []),
         "# Fitted on the measured pools named in fitted_on (non-negative least squares on",
         "# relative error, each pool weighted equally; the full tier's rows weighted towards",
         "# each pool's fastest, FAVOUR_FAST). Terms are described in tuna/linear.py.",

@@ -1,9 +1,10 @@
 """Machine descriptions: one TOML data file per target in ``tuna/data/targets``.
 
-Each file names the sources of its figures in its comments. The registry is built from
-the folder, so adding a target is adding a file. :func:`resolve` turns what a user
-passes as a target (a preset name, a TVM target JSON dict, or a ``tvm.target.Target``)
-into a :class:`Machine` and the TVM target dict to compile for.
+Each file names the sources of its figures in its comments; calling-convention facts per
+instruction set come from ``tuna/data/abi.toml``. The registry is built from the folder,
+so adding a target is adding a file. :func:`resolve` turns what a user passes as a target
+(a preset name or alias, a TVM target JSON dict or string, or a ``tvm.target.Target``)
+into a :class:`Machine`, which carries the TVM target dict to compile for. No TVM import.
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 
 Functions here take the plain data the ``tuna bench`` commands write as JSON and return a
 :class:`matplotlib.figure.Figure`; saving it is the caller's business (``tuna/cli.py``).
+This is the only module of tuna that imports matplotlib, and :mod:`tuna.bench` does not
+import it (it is slow to import): import ``tuna.bench.plots``.
 """
 
 from __future__ import annotations

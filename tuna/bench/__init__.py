@@ -1,0 +1,97 @@
+"""The yardstick: rank the schedules of measured pools and score how well a model ranks them.
+
+Laid out as the data flows (this file only re-exports their public names):
+
+- :mod:`.pools`: the measured pools (:class:`Pool`, :func:`load_pool`, :func:`shipped_pools`);
+- :mod:`.features`: tuna's features of their candidates, per tier;
+- :mod:`.calibration`: the linear model fitted to them (``tuna calibrate``, leave-one-pool-out fits);
+- :mod:`.metrics`: top-k ratio, a-peak, Kendall tau;
+- :mod:`.evaluation`: the split, the scorers and baselines, :func:`evaluate`, :func:`means`;
+- :mod:`.ranking`: ``tuna bench rank``, tuna's tiers beside the baselines;
+- :mod:`.report`: tables, markdown and BENCHMARKS.md; :mod:`.records`: what a run records
+  about itself;
+- :mod:`.plots`: the figures (the only importer of matplotlib; not imported here).
+
+``import tuna.bench`` does not import TVM: the functions that need :mod:`tuna.integration`
+import it when called.
+"""
+
+from .calibration import coefficient_file, fit_pools, fit_rows, unseen_coefficients
+from .evaluation import (
+    TRAIN_SIZE,
+    Result,
+    Scorer,
+    baselines,
+    evaluate,
+    feature_scorer,
+    means,
+    noise_ceiling,
+    random_scorer,
+    split,
+    train_size,
+)
+from .features import pool_features
+from .metrics import METRICS, a_peak, all_metrics, kendall_tau, picks, top_k_ratio
+from .pools import Pool, PoolError, load_pool, shipped_pool, shipped_pools
+from .ranking import predictions, rank_figure_title, rank_notes, rank_pools, tuna_scorers, xgb_scorer
+from .records import join_runs, machine_info, meta, now
+from .report import (
+    TUNE_CAPTION,
+    benchmarks_markdown,
+    network_table,
+    rank_json,
+    rank_markdown,
+    rank_table,
+    seed_summary,
+    tune_table,
+    with_ratios,
+)
+
+__all__ = [
+    "METRICS",
+    "TRAIN_SIZE",
+    "TUNE_CAPTION",
+    "Pool",
+    "PoolError",
+    "Result",
+    "Scorer",
+    "a_peak",
+    "all_metrics",
+    "baselines",
+    "benchmarks_markdown",
+    "coefficient_file",
+    "evaluate",
+    "feature_scorer",
+    "fit_pools",
+    "fit_rows",
+    "join_runs",
+    "kendall_tau",
+    "load_pool",
+    "machine_info",
+    "means",
+    "meta",
+    "network_table",
+    "noise_ceiling",
+    "now",
+    "picks",
+    "pool_features",
+    "predictions",
+    "random_scorer",
+    "rank_figure_title",
+    "rank_json",
+    "rank_markdown",
+    "rank_notes",
+    "rank_pools",
+    "rank_table",
+    "seed_summary",
+    "shipped_pool",
+    "shipped_pools",
+    "split",
+    "top_k_ratio",
+    "train_size",
+    "tuna_scorers",
+    "tune_table",
+    "unseen_coefficients",
+    "with_ratios",
+    "xgb_scorer",
+]

@@ -1,0 +1,195 @@
+"""Measured pools: tuna's file format for the yardstick, read and checked.
+
+A pool (``tuna/data/pools/*.json``) holds, for one workload, the schedules MetaSchedule's
+tuner proposed on the pools' machine and two later timings of each (``secs_a``,
+``secs_b``). Its JSON fields: ``workload`` ([name, index into te_workload.CONFIGS]),
+``target`` (TVM target dict), ``mod`` (TVMScript), ``candidates`` ([{``trace``,
+``tuner_secs``, ``secs_a``, ``secs_b``}]), and optionally ``tune_seconds`` and ``trials``.
+Everything downstream (features, calibration, evaluation) takes a :class:`Pool`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from ..errors import TunaError
+
+
+class PoolError(TunaError, ValueError):
+    """A file or mapping that is not a measured pool in tuna's format."""
+
+
+@dataclass(frozen=True, eq=False)
+class Pool:
+    """One measured pool; failed candidates (no finite ``secs_a``) are already left out.
+
+    Attributes
+    ----------
+    name : str
+        Workload name and index, e.g. ``"GMM-1"``.
+    source : str
+        The file it came from (``"<dict>"`` for a mapping).
+    workload : tuple of (str, int)
+        Ansor workload name and index into ``te_workload.CONFIGS``.
+    target : Mapping
+        The TVM target dict the pool was measured for.
+    mod : str
+        TVMScript of the unscheduled workload.
+    traces : tuple
+        One MetaSchedule trace (JSON) per candidate.
+    secs_a, secs_b : ndarray
+        The two timings per candidate, seconds; ``secs_b`` is ``inf`` where missing.
+    tuner_secs : ndarray
+        The tuner's own timing per candidate (``nan`` where missing).
+    tune_seconds : float or None
+        Wall time of the MetaSchedule run that produced the pool.
+    trials : int or None
+        Trials of that run.
+    failed : int
+        Candidates left out because their ``secs_a`` is missing or not finite.
+    """
+
+    name: str
+    source: str
+    workload: tuple[str, int]
+    target: Mapping[str, Any]
+    mod: str
+    traces: tuple[Any, ...]
+    secs_a: np.ndarray
+    secs_b: np.ndarray
+    tuner_secs: np.ndarray
+    tune_seconds: float | None = None
+    trials: int | None = None
+    failed: int = 0
+
+    def __len__(self) -> int:
+        return len(self.traces)
+
+
+def _seconds(value: Any, what: str, where: str, missing: float) -> float:
+    """A timing from a pool: ``missing`` for None/inf/nan, an error for a non-positive number."""
+    if value is None:
+        return missing
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise PoolError(f"{where}: {what} is {value!r}, not a number of seconds")
+    if not math.isfinite(value):
+        return missing
+    if value <= 0:
+        raise PoolError(f"{where}: {what} is {value!r}; timings must be positive seconds")
+    return float(value)
+
+
+def _frozen(values: list[float]) -> np.ndarray:
+    arr = np.asarray(values, dtype="float64")
+    arr.setflags(write=False)
+    return arr
+
+
+def load_pool(source: str | os.PathLike | Mapping[str, Any]) -> Pool:
+    """Read and check a measured pool.
+
+    Parameters
+    ----------
+    source : path or Mapping
+        A pool JSON file, or its already-parsed content.
+
+    Returns
+    -------
+    Pool
+
+    Raises
+    ------
+    PoolError
+        For a file that cannot be read or is not a pool: a missing or malformed field, no
+        candidates, a non-positive timing, or no candidate with a measured ``secs_a``. The
+        message names the file and, where it applies, the candidate.
+    """
+    if isinstance(source, Mapping):
+        data, src = source, "<dict>"
+    else:
+        src = str(source)
+        try:
+            data = json.loads(Path(src).read_text())
+        except OSError as err:
+            raise PoolError(f"cannot read pool {src}: {err.strerror or err}") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise PoolError(f"pool {src} is not JSON: {err}") from None
+    if not isinstance(data, Mapping):
+        raise PoolError(f"pool {src} is not a pool: expected a JSON object, found {type(data).__name__}")
+    missing = [k for k in ("workload", "target", "mod", "candidates") if k not in data]
+    if missing:
+        raise PoolError(f"pool {src} is not a pool: it lacks {', '.join(missing)}")
+    workload = data["workload"]
+    if (
+        not isinstance(workload, (list, tuple))
+        or len(workload) != 2
+        or not isinstance(workload[0], str)
+        or isinstance(workload[1], bool)
+        or not isinstance(workload[1], int)
+    ):
+        raise PoolError(f'pool {src}: workload must be [name, index], e.g. ["GMM", 1], not {workload!r}')
+    target = data["target"]
+    if not isinstance(target, Mapping) or "kind" not in target:
+        raise PoolError(f"pool {src}: target must be a TVM target dict with a 'kind', not {target!r}")
+    if not isinstance(data["mod"], str) or not data["mod"].strip():
+        raise PoolError(f"pool {src}: mod must be the workload's TVMScript text")
+    cands = data["candidates"]
+    if not isinstance(cands, list) or not cands:
+        raise PoolError(f"pool {src} has no candidates")
+    traces, secs_a, secs_b, tuner = [], [], [], []
+    failed = 0
+    for i, cand in enumerate(cands):
+        where = f"pool {src}, candidate {i}"
+        if not isinstance(cand, Mapping) or not isinstance(cand.get("trace"), list):
+            raise PoolError(f"{where}: expected an object with a trace (JSON list)")
+        a = _seconds(cand.get("secs_a"), "secs_a", where, math.inf)
+        b = _seconds(cand.get("secs_b"), "secs_b", where, math.inf)
+        t = _seconds(cand.get("tuner_secs"), "tuner_secs", where, math.nan)
+        if math.isinf(a):
+            failed += 1
+            continue
+        traces.append(cand["trace"])
+        secs_a.append(a)
+        secs_b.append(b)
+        tuner.append(t)
+    if not traces:
+        raise PoolError(f"pool {src}: none of its {len(cands)} candidates has a measured secs_a")
+    tune_seconds = data.get("tune_seconds")
+    trials = data.get("trials")
+    return Pool(
+        name=f"{workload[0]}-{workload[1]}",
+        source=src,
+        workload=(workload[0], int(workload[1])),
+        target=MappingProxyType(dict(target)),
+        mod=data["mod"],
+        traces=tuple(traces),
+        secs_a=_frozen(secs_a),
+        secs_b=_frozen(secs_b),
+        tuner_secs=_frozen(tuner),
+        tune_seconds=float(tune_seconds) if isinstance(tune_seconds, (int, float)) else None,
+        trials=int(trials) if isinstance(trials, int) else None,
+        failed=failed,
+    )
+
+
+def shipped_pools() -> list[Path]:
+    """The pool files shipped in ``tuna/data/pools``, sorted by name."""
+    return sorted((Path(__file__).parent.parent / "data" / "pools").glob("*.json"))
+
+
+def shipped_pool(workload: str) -> Pool | None:
+    """The shipped pool of ``workload`` (``"GMM:1"`` or ``"GMM-1"``), None if tuna ships none."""
+    name = workload.upper().replace(":", "-")
+    for path in shipped_pools():
+        if path.stem == name:
+            return load_pool(path)
+    return None

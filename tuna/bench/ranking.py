@@ -1,0 +1,132 @@
+"""``tuna bench rank``: tuna's tiers ranking measured pools beside the baselines.
+
+For each tier two scorers: ``tuna-<tier>`` with the shipped coefficients, and
+``tuna-<tier>-unseen`` with coefficients fitted on the other pools of the run, never on the
+pool ranked (:func:`.calibration.unseen_coefficients`). Beside them the baselines of
+:mod:`.evaluation` and MetaSchedule's XGBModel (:func:`tuna.integration.xgb_scores`,
+imported when called, so that ``import tuna.bench`` stays free of TVM).
+:func:`rank_pools` returns the results and the record ``tuna bench rank --json`` writes:
+the metrics (:func:`.report.rank_json`) and every candidate's measured and predicted
+seconds, which :func:`.plots.rank_figure` draws.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import linear
+from ..machine import Machine
+from .calibration import unseen_coefficients
+from .evaluation import Result, Scorer, baselines, evaluate, feature_scorer
+from .features import Features, Progress, Seconds, pool_features
+from .pools import Pool
+from .report import rank_json
+
+
+def xgb_scorer(seed: int = 0) -> Scorer:
+    """MetaSchedule's XGBModel trained on each pool's measured train candidates (needs TVM)."""
+
+    def scores(pool: Pool, train_idx: np.ndarray, test_idx: np.ndarray) -> tuple[np.ndarray, float]:
+        from .. import integration
+
+        return integration.xgb_scores(pool, train_idx, test_idx, seed=seed)
+
+    return scores
+
+
+def tuna_scorers(features: Features, seconds: Seconds, pools: Sequence[Pool], machine: Machine) -> dict[str, Scorer]:
+    """Per tier of ``features``, ``tuna-<tier>`` and (with two pools or more) ``tuna-<tier>-unseen``."""
+    unseen = unseen_coefficients(features, pools, machine)
+    scorers: dict[str, Scorer] = {}
+    for tier in features:
+        shipped = linear.coefficients(machine, tier)
+        scorers[f"tuna-{tier}"] = feature_scorer(
+            features[tier], seconds[tier], lambda name, f, c=shipped: linear.seconds(f, c, machine)
+        )
+        if unseen:
+            held_out = {name: fits[tier] for name, fits in unseen.items()}
+            scorers[f"tuna-{tier}-unseen"] = feature_scorer(
+                features[tier], seconds[tier], lambda name, f, h=held_out: linear.seconds(f, h[name], machine)
+            )
+    return scorers
+
+
+def predictions(features: Features, pools: Sequence[Pool], machine: Machine) -> dict[str, dict[str, Any]]:
+    """Per ``tuna-<tier>`` model and pool, every candidate's measured and predicted seconds with the
+    shipped coefficients (None: not analysable)."""
+    out = {}
+    for tier, per_pool in features.items():
+        coeffs = linear.coefficients(machine, tier)
+        out[f"tuna-{tier}"] = {
+            pool.name: {
+                "measured": [float(x) for x in pool.secs_a],
+                "predicted": [None if f is None else linear.seconds(f, coeffs, machine) for f in per_pool[pool.name]],
+            }
+            for pool in pools
+        }
+    return out
+
+
+def rank_pools(
+    pools: Sequence[Pool],
+    machine: Machine,
+    tiers: Sequence[str],
+    *,
+    seed: int = 0,
+    xgb: bool = True,
+    progress: Callable[[str], None] | None = None,
+    feature_progress: Progress | None = None,
+) -> tuple[list[Result], dict[str, Any]]:
+    """Rank the pools with tuna's tiers and the baselines.
+
+    Parameters
+    ----------
+    pools : sequence of Pool
+        The measured pools.
+    machine : Machine
+        What tuna models.
+    tiers : sequence of str
+        tuna's tiers to rank with.
+    seed : int
+        Seed of each pool's split (and of the random and XGBoost baselines).
+    xgb : bool
+        Whether to train MetaSchedule's XGBModel (``xgb-64``) as a baseline.
+    progress : callable, optional
+        One line per pool and model, as :func:`.evaluation.evaluate` gives them.
+    feature_progress : callable, optional
+        Progress of the analysis, as :func:`.features.pool_features` reports it.
+
+    Returns
+    -------
+    results : list of Result
+        Pool-major.
+    record : dict
+        :func:`.report.rank_json` of the results with ``predictions`` (see :func:`predictions`).
+    """
+    feats, secs = pool_features(pools, machine, tiers, feature_progress)
+    scorers = dict(baselines(seed))
+    if xgb:
+        scorers["xgb-64"] = xgb_scorer(seed)
+    scorers.update(tuna_scorers(feats, secs, pools, machine))
+    results = evaluate(pools, scorers, seed=seed, progress=progress)
+    record = rank_json(results)
+    record["predictions"] = predictions(feats, pools, machine)
+    return results, record
+
+
+def rank_notes(machine: Machine, tiers: Sequence[str], seed: int, seconds: float) -> list[str]:
+    """What a reader of the rank table needs to know: coefficients, models, machine, split seed, time."""
+    notes = [f"coefficients: {linear.coefficients(machine, t).source} ({t} tier)" for t in tiers]
+    notes.append("tuna-<tier>-unseen: coefficients fitted on the other pools of this run, never on the pool ranked")
+    notes.append(f"machine {machine.name}; split seed {seed}; {seconds:.0f} s in all")
+    return notes
+
+
+def rank_figure_title(record: Mapping[str, Any], machine: Machine) -> str:
+    """The title of the figure of a ``tuna bench rank`` run."""
+    pools = len({r["pool"] for r in record["results"]})
+    return (f"tuna bench rank: {pools} pools, modelled as {machine.name} "
+            "(shipped coefficients; diagonal = perfect prediction)")

@@ -1,0 +1,345 @@
+"""Reports of the benchmarks: tables for the terminal, markdown, and BENCHMARKS.md.
+
+Pure: data in, text out. :func:`rank_table` and :func:`rank_json` present what
+:func:`~.evaluation.evaluate` computed; the ``tuna bench tune`` and ``tuna bench network``
+rows (plain dicts, as :mod:`tuna.integration.measure` makes them) get their ratios from
+:func:`with_ratios` and their tables here; :func:`benchmarks_markdown` writes the page
+from the JSON the bench commands saved.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from .evaluation import Result, means
+from .metrics import METRICS
+
+
+def _fmt_secs(secs: float) -> str:
+    if not math.isfinite(secs):
+        return "-"
+    if secs <= 0:
+        return "0"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if secs >= scale:
+            return f"{secs / scale:.3g} {unit}"
+    return f"{secs / 1e-9:.3g} ns"
+
+
+def rank_table(results: list[Result]) -> str:
+    """A fixed-width table: one row per pool and model, then a mean row per model."""
+    header = ("pool", "model", "train/test", *METRICS, "s/cand")
+    rows = []
+    for r in results:
+        rows.append(
+            (
+                r.pool,
+                r.model,
+                f"{r.n_train}/{r.n_test}",
+                *(f"{r.metrics[m]:.3f}" for m in METRICS),
+                _fmt_secs(r.seconds_per_candidate),
+            )
+        )
+    mean_rows = [
+        (
+            "mean",
+            model,
+            f"{row['pools']} pools",
+            *(f"{row[m]:.3f}" for m in METRICS),
+            _fmt_secs(row["seconds_per_candidate"]),
+        )
+        for model, row in means(results).items()
+    ]
+    widths = [max(len(str(x[i])) for x in (header, *rows, *mean_rows)) for i in range(len(header))]
+
+    def line(cells) -> str:
+        left = [str(c).ljust(w) for c, w in zip(cells[:2], widths[:2])]
+        right = [str(c).rjust(w) for c, w in zip(cells[2:], widths[2:])]
+        return "  ".join(left + right).rstrip()
+
+    rule = "-" * len(line(header))
+    out = [line(header), rule]
+    prev = None
+    for row in rows:
+        if prev is not None and row[0] != prev:
+            out.append("")
+        out.append(line(row))
+        prev = row[0]
+    out += [rule, *(line(row) for row in mean_rows)]
+    failed = {r.pool: r.failed for r in results if r.failed}
+    for name, count in failed.items():
+        out.append(f"{name}: {count} failed candidate(s) left out")
+    return "\n".join(out)
+
+
+def rank_json(results: list[Result]) -> dict[str, Any]:
+    """The results as plain data, ready for ``json.dump`` (NaN becomes None)."""
+
+    def num(x: float) -> float | None:
+        return float(x) if math.isfinite(x) else None
+
+    return {
+        "metrics": list(METRICS),
+        "results": [
+            {
+                "pool": r.pool,
+                "model": r.model,
+                **{m: num(r.metrics[m]) for m in METRICS},
+                "seconds_per_candidate": num(r.seconds_per_candidate),
+                "wall_seconds": num(r.wall_seconds),
+                "n_train": r.n_train,
+                "n_test": r.n_test,
+                "failed": r.failed,
+                "seed": r.seed,
+            }
+            for r in results
+        ],
+        "mean": {
+            model: {k: (num(v) if isinstance(v, float) else v) for k, v in row.items()}
+            for model, row in means(results).items()
+        },
+    }
+
+
+def with_ratios(rows: Iterable[Mapping[str, Any]], group: str,
+                reference: Mapping[str, float] | None = None) -> list[dict[str, Any]]:
+    """Rows with ``ratio`` = fastest latency of the group / this latency (1 is the fastest).
+
+    Parameters
+    ----------
+    rows : iterable of Mapping
+        Each with ``group`` (e.g. ``"workload"``), ``method`` and ``latency`` (seconds or None).
+    group : str
+        The key that groups rows compared with one another.
+    reference : Mapping, optional
+        Group -> a reference latency (e.g. the best of the workload's shipped pool); adds
+        ``ratio_to_reference`` = reference / latency.
+    """
+    rows = [dict(r) for r in rows]
+    best: dict[str, float] = {}
+    for r in rows:
+        if r.get("latency"):
+            best[r[group]] = min(best.get(r[group], math.inf), r["latency"])
+    for r in rows:
+        lat = r.get("latency")
+        r["ratio"] = best[r[group]] / lat if lat else None
+        if reference is not None:
+            ref = reference.get(r[group])
+            r["reference"] = ref
+            r["ratio_to_reference"] = ref / lat if lat and ref else None
+    return rows
+
+
+def _fmt_ratio(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def _fmt_opt_secs(x: float | None) -> str:
+    return "-" if x is None else _fmt_secs(x)
+
+
+def _cells(rows: Iterable[Mapping[str, Any]], columns: Sequence[tuple[str, str, Callable[[Any], str]]]) -> list[list]:
+    return [[fmt(r.get(key)) for _, key, fmt in columns] for r in rows]
+
+
+def _fixed(header: Sequence[str], body: list[list[str]]) -> str:
+    widths = [max(len(str(x[i])) for x in (header, *body)) for i in range(len(header))]
+    lines = ["  ".join(str(c).ljust(w) if i < 2 else str(c).rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+             for row in (header, *body)]
+    return "\n".join([lines[0], "-" * len(lines[0]), *lines[1:]])
+
+
+def _markdown(header: Sequence[str], body: list[list[str]]) -> str:
+    rule = "|" + "|".join("---" if i < 2 or h == "note" else "---:" for i, h in enumerate(header)) + "|"
+    lines = ["| " + " | ".join(header) + " |", rule]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in body]
+    return "\n".join(lines)
+
+
+#: What the columns of :func:`tune_table` mean (printed under it, and in BENCHMARKS.md).
+TUNE_CAPTION = (
+    "Ratio to best: the fastest pick of the workload (pool-best included) / this pick. pool-best: the "
+    "fastest candidate of the shipped pool (MetaSchedule with real measurement on the pools' machine, "
+    "its trials and tuning time) re-timed here in the same run; ratio to pool best: its latency / this pick."
+)
+
+_TUNE_COLUMNS: tuple = (
+    ("workload", "workload", str),
+    ("method", "method", str),
+    ("trials", "trials", lambda x: "-" if x is None else str(x)),
+    ("tuning time", "tune_seconds", _fmt_opt_secs),
+    ("pick latency", "latency", _fmt_opt_secs),
+    ("ratio to best", "ratio", _fmt_ratio),
+    ("pool best", "reference", _fmt_opt_secs),
+    ("ratio to pool best", "ratio_to_reference", _fmt_ratio),
+)
+
+_NETWORK_COLUMNS: tuple = (
+    ("network", "network", str),
+    ("method", "method", str),
+    ("tasks", "tasks", lambda x: "-" if x is None else str(x)),
+    ("trials", "trials", lambda x: "-" if x is None else str(x)),
+    ("tuning time", "tune_seconds", _fmt_opt_secs),
+    ("latency", "latency", _fmt_opt_secs),
+    ("ratio to best", "ratio", _fmt_ratio),
+    ("note", "note", lambda x: x or ""),
+)
+
+
+def tune_table(rows: list[Mapping[str, Any]], markdown: bool = False) -> str:
+    """The ``tuna bench tune`` rows (after :func:`with_ratios`) as a table."""
+    body = _cells(rows, _TUNE_COLUMNS)
+    header = [c[0] for c in _TUNE_COLUMNS]
+    return _markdown(header, body) if markdown else _fixed(header, body)
+
+
+def _seeds(rows: Iterable[Mapping[str, Any]]) -> int:
+    return len({r["seed"] for r in rows if r.get("seed") is not None})
+
+
+def seed_summary(rows: list[Mapping[str, Any]], within: float = 0.952) -> str:
+    """How tuna's picks vary with the seed, from ``tuna bench tune`` rows with several seeds.
+
+    One line per search and workload with each seed's ratio to the pool's best, then per
+    search how many picks came ``within`` of it (0.952: within 5%) and the worst.
+    """
+    table: dict[str, dict[str, dict[int, float | None]]] = {}
+    for r in rows:
+        if r.get("seed") is None or not str(r["method"]).startswith("tuna-"):
+            continue
+        search = str(r["method"]).split("@", 1)[0]
+        table.setdefault(search, {}).setdefault(r["workload"], {})[r["seed"]] = r.get("ratio_to_reference")
+    seeds = sorted({seed for by_workload in table.values() for ratios in by_workload.values() for seed in ratios})
+    header = ["search", "workload", *(f"seed {s}" for s in seeds), "worst"]
+    body, totals = [], []
+    for search, by_workload in table.items():
+        found = []
+        for workload, ratios in by_workload.items():
+            values = [ratios[s] for s in seeds if ratios.get(s) is not None]
+            found += [(v, workload, s) for s, v in ratios.items() if v is not None]
+            body.append([search, workload, *(_fmt_ratio(ratios.get(s)) for s in seeds),
+                         _fmt_ratio(min(values) if values else None)])
+        if found:
+            worst = min(found)
+            totals.append(f"{search}: {sum(v >= within for v, _, _ in found)} of {len(found)} picks within "
+                          f"{(1 - within) * 100:.0f}% of the pool's best; worst {worst[0]:.3f} "
+                          f"({worst[1]}, seed {worst[2]})")
+    if not body:
+        return "no picks with a ratio to a pool's best"
+    return "\n".join(["Ratio to pool best by seed:", _fixed(header, body), *totals])
+
+
+def network_table(rows: list[Mapping[str, Any]], markdown: bool = False) -> str:
+    """The ``tuna bench network`` rows (after :func:`with_ratios`) as a table."""
+    body = _cells(rows, _NETWORK_COLUMNS)
+    header = [c[0] for c in _NETWORK_COLUMNS]
+    return _markdown(header, body) if markdown else _fixed(header, body)
+
+
+def rank_markdown(rank: Mapping[str, Any]) -> str:
+    """The mean rows of a ``tuna bench rank --json`` result as a markdown table."""
+    header = ["model", "pools", *METRICS, "s/cand"]
+    body = []
+    for model, row in rank["mean"].items():
+        secs = row.get("seconds_per_candidate")
+        body.append([model, str(row.get("pools", "")), *(_fmt_ratio(row.get(m)) for m in METRICS),
+                     _fmt_opt_secs(secs)])
+    return _markdown(header, body)
+
+
+def _machine_line(meta: Mapping[str, Any] | None) -> str:
+    if not meta:
+        return "unknown machine"
+    m = meta.get("machine", {})
+    family = f" (CPU family {m['cpu_family']}, model {m['cpu_model']})" if m.get("cpu_family") else ""
+    return (f"{m.get('model_name', '?')}{family}, {m.get('cores', '?')} cores; "
+            f"modelled as `{meta.get('target', '?')}`; {meta.get('date', '?')}; apache-tvm {m.get('tvm', '?')}")
+
+
+def benchmarks_markdown(
+    rank: Mapping[str, Any] | None,
+    tune: Mapping[str, Any] | None,
+    network: Mapping[str, Any] | None,
+    *,
+    figures: Mapping[str, str] | None = None,
+    command: str = "scripts/benchmarks.sh",
+    generated: str = "",
+    note: str = "",
+) -> str:
+    """BENCHMARKS.md from the JSON results of ``tuna bench rank / tune / network``.
+
+    Parameters
+    ----------
+    rank, tune, network : Mapping or None
+        What each command wrote with ``--json`` (None: that section says it was not run).
+        Each carries ``meta`` (machine, target, date, command, budget).
+    figures : Mapping, optional
+        Section (``"rank"``, ``"tune"``, ``"network"``) -> image path relative to the page.
+    command : str
+        The one command that regenerates the page.
+    generated : str
+        When the page was written.
+    note : str
+        A caveat printed in bold under the title (e.g. that budgets were tiny).
+
+    Returns
+    -------
+    str
+        Markdown.
+    """
+    figures = figures or {}
+    out = [
+        "# Benchmarks",
+        "",
+        f"Generated {generated} by `{command}`; every figure below is output of the `tuna bench` commands "
+        "named in its section, run on the machine named there. Regenerate them with that command on your "
+        "own machine: latencies are that machine's.",
+        "",
+    ]
+    if note:
+        out[2:2] = [f"**{note}**", ""]
+
+    def section(title: str, data: Mapping[str, Any] | None, key: str, body: Callable[[Mapping], list[str]]) -> None:
+        out.extend([f"## {title}", ""])
+        if not data:
+            out.extend(["Not run.", ""])
+            return
+        meta = data.get("meta", {})
+        out.append(f"Machine: {_machine_line(meta)}.  ")
+        out.append(f"Command: `{meta.get('command', '?')}`" + (f" ({meta['seconds']:.0f} s)" if meta.get("seconds")
+                                                                 else "") + ".")
+        out.append("")
+        out.extend(body(data))
+        if key in figures:
+            out.extend(["", f"![{title}]({figures[key]})"])
+        out.append("")
+
+    section("Ranking measured pools (`tuna bench rank`)", rank, "rank", lambda d: [
+        "Mean over the pools of each metric on each pool's test split (top-k ratio, a-peak@32: 1 is perfect; "
+        "Kendall tau: 1 is perfect). `xgb-64`: MetaSchedule's XGBModel trained on 64 measured candidates of the "
+        "same pool; `noise-ceiling`: the second timing as a model; `tuna-<tier>-unseen`: coefficients fitted "
+        "without the pool ranked.",
+        "",
+        rank_markdown(d),
+    ])
+    section("Offline tuning against measured tuning (`tuna bench tune`)", tune, "tune", lambda d: [
+        "Each pick re-timed on this machine (median of 5 `time_evaluator` repeats). `metaschedule@tuna-time`: "
+        "the best candidate MetaSchedule (XGBModel, real measurement) had measured when tuna's tuning time had "
+        "passed; `metaschedule`: its full budget. " + TUNE_CAPTION,
+        "",
+        tune_table(d["rows"], markdown=True),
+        *(["", "```text", seed_summary(d["rows"]), "```"] if _seeds(d["rows"]) > 1 else []),
+    ])
+    section("Whole networks (`tuna bench network`)", network, "network", lambda d: [
+        "Batch 1, random weights, built with TVM Relax from `tuna/integration/networks.py`. `untuned`: "
+        "`tvm.compile` with TVM's default CPU pipeline; `tuna`: every task tuned offline with tuna's cost "
+        "model and static runner; `metaschedule`: the same tasks and trials with XGBModel and real "
+        "measurement; `pytorch`: the same graph and weights in PyTorch eager mode. Latency: "
+        "`VirtualMachine.time_evaluator`, median of 5. Tuning time and latency side by side, as in Tables I "
+        "and II of the Tuna paper.",
+        "",
+        network_table(d["rows"], markdown=True),
+    ])
+    return "\n".join(out).rstrip() + "\n"
