@@ -14,6 +14,7 @@ predicted times are only summarised.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import statistics
 import sys
@@ -50,7 +51,8 @@ def main() -> int:
                 t0 = time.perf_counter()
                 code = cuda.gpu_code(sch.mod, mach, target)
                 t1 = time.perf_counter()
-                est = full_tier.estimate(integration.kernel_from_module(sch.mod), code, mach)
+                kernel = dataclasses.replace(integration.kernel_from_module(sch.mod), gpu_code=code)
+                est = full_tier.estimate(kernel, mach)
                 t2 = time.perf_counter()
             except TunaError as err:
                 stats["failed"] += 1

@@ -21,7 +21,7 @@ import time
 import psutil
 
 from tuna import integration
-from tuna.integration import search
+from tuna.integration import search_strategy
 from tuna.search import es, workers
 
 
@@ -57,17 +57,17 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
-    mach = integration._machine(args.target, None)
+    mach = integration.as_machine(args.target)
     mod = integration.load_workload(args.workload)
-    spaces, ctx = search.design_spaces(mod, mach)
+    spaces, ctx = search_strategy.design_spaces(mod, mach)
     sampler = es.EvolutionStrategies(spaces.search_space(), es.ESConfig(population=args.population), seed=args.seed)
     population = sampler.ask().novel
     traces = [spaces.trace(c) for c in population]
-    spec = search.worker_spec(mod, ctx.space_generator.postprocs, mach, args.tier)
+    spec = search_strategy.worker_spec(mod, ctx.space_generator.postprocs, mach, args.tier)
     print(f"{args.workload}: {len(traces)} distinct candidates, {args.tier} tier, {os.cpu_count()} CPUs; "
           f"load average {os.getloadavg()[0]:.2f}")
 
-    pools = {n: workers.ProcessPool(search.worker_setup, search.worker_score, spec, workers=n)
+    pools = {n: workers.ProcessPool(search_strategy.worker_setup, search_strategy.worker_score, spec, workers=n)
              for n in (1, args.workers)}
     times: dict[str, list[float]] = {name: [] for name in (f"{n} worker(s)" for n in pools)}
     cpu: dict[str, list[float]] = {name: [] for name in times}
@@ -85,7 +85,8 @@ def main() -> None:
                 if scores != reference:
                     raise SystemExit(f"{n} workers scored differently from 1 worker")
         if args.cluster:
-            with workers.DaskEvaluator(args.cluster, search.worker_setup, search.worker_score, spec) as dask_eval:
+            with workers.DaskEvaluator(args.cluster, search_strategy.worker_setup, search_strategy.worker_score,
+                                       spec) as dask_eval:
                 dask_eval(traces[: 2 * dask_eval.workers])
                 name = f"dask {args.cluster} ({dask_eval.workers} threads)"
                 times[name], cpu[name] = [], []

@@ -100,7 +100,7 @@ def test_pytorch_row_is_a_note_when_torch_is_missing():
         pytest.skip("PyTorch is installed here")
     from tuna.machine import preset
 
-    row = measure._torch_row("bert", preset("zen4"), 1, 0, None)
+    row = measure.whole_networks._torch_row("bert", preset("zen4"), 1, 0, None)
     assert row.latency is None and "not installed" in row.note
 
 

@@ -10,11 +10,13 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import tvm
 
 from tuna import integration, machine
 from tuna.cpu import cfg, disassembly, full_tier, loop_mapping, objcode, trip_counts
 from tuna.cpu.isa import arithmetic_class, lanes
 from tuna.cpu.simulator import decode
+from tuna.errors import AnalysisError
 from tuna.ir import Instruction, walk
 
 FIXTURES = Path(__file__).parent / "fixtures" / "objects"
@@ -22,7 +24,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "objects"
 
 def _kernel(name: str):
     preset = machine.preset(name.split("-", 3)[3])
-    mod = integration.tvm.script.from_source((FIXTURES / f"{name}.tvmscript").read_text())
+    mod = tvm.script.from_source((FIXTURES / f"{name}.tvmscript").read_text())
     obj = (FIXTURES / f"{name}.o").read_bytes()
     code = tuple(disassembly.disassemble(*fn) for fn in disassembly.read_functions(obj))
     return dataclasses.replace(integration.kernel_from_module(mod), code=code), preset
@@ -203,7 +205,7 @@ def test_counting_classes_come_from_the_timing_classes_save_the_named_exceptions
 
 def test_full_tier_needs_machine_code():
     kernel, preset = _kernel("gmm-1-c0-zen4")
-    with pytest.raises(integration.AnalysisError, match="machine code"):
+    with pytest.raises(AnalysisError, match="machine code"):
         full_tier.estimate(dataclasses.replace(kernel, code=()), preset)
 
 

@@ -3,7 +3,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tuna import cli, linear, machine
+from tuna import cli, linear, machine, tiers
 from tuna.errors import TunaError
 
 
@@ -68,7 +68,7 @@ def test_coefficient_files_round_trip_and_reject_unknown_terms():
 
 def test_shipped_zen4_coefficients_name_the_pools_they_were_fitted_on():
     zen4 = machine.preset("zen4")
-    for tier in linear.TIERS:
+    for tier in tiers.TIERS:
         coeffs = linear.coefficients(zen4, tier)
         assert coeffs.source.endswith("zen4.toml") and len(coeffs.fitted_on) >= 6
     assert linear.coefficients(machine.preset("graviton2"), "full").source == "default"

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from . import machine as machines
 from .errors import TunaError
+from .tiers import TIERS
 
 
 def _targets(args: argparse.Namespace) -> int:
@@ -67,7 +68,7 @@ def _tune(args: argparse.Namespace) -> int:
     work_root = Path(args.work_dir)
     summary = []
     for target in targets:
-        mach = integration._machine(target, args.machine)
+        mach = integration.as_machine(target, args.machine)
         print(f"== tuna tune {args.workload} for {mach.name} ({mach.title})")
         print(f"   TVM target {mach.target_json()}")
         print(f"   {args.trials} candidates, all predicted by static analysis; nothing runs on the target")
@@ -112,7 +113,7 @@ def _explain(args: argparse.Namespace) -> int:
     from . import integration
 
     _quiet_tvm()
-    mach = integration._machine(args.target or "zen4", args.machine)
+    mach = integration.as_machine(args.target or "zen4", args.machine)
     mod = integration.load_workload(args.workload)
     if args.trace:
         text = Path(args.trace).read_text()
@@ -150,12 +151,11 @@ def _feature_progress(tier: str, pool, done: int, total: int, seconds: float) ->
 
 
 def _tiers(text: str) -> list[str]:
-    from .linear import TIERS
+    from .tiers import check_tier
 
-    tiers = [t.strip() for t in text.split(",") if t.strip()]
-    bad = [t for t in tiers if t not in TIERS]
-    if bad or not tiers:
-        raise TunaError(f"unknown tier(s) {bad or text!r}; choose from {', '.join(TIERS)}")
+    tiers = [check_tier(t.strip()) for t in text.split(",") if t.strip()]
+    if not tiers:
+        raise TunaError(f"no tier in {text!r}; tiers: {', '.join(TIERS)}")
     return tiers
 
 
@@ -437,7 +437,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", "-t", help="preset name or TVM target JSON (default zen4)")
     p.add_argument("--machine", help="preset to model when the target's mcpu/arch has no data file")
     p.add_argument("--trace", help="a MetaSchedule trace as JSON to apply first (as in the pools)")
-    p.add_argument("--tier", default="ir", choices=("ir", "full"), help="analysis tier (default ir)")
+    p.add_argument("--tier", default="ir", choices=TIERS, help="analysis tier (default ir)")
     p.set_defaults(func=_explain)
 
     p = sub.add_parser("bench", help="benchmarks: ranking quality on measured pools")

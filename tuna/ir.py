@@ -11,10 +11,6 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # the GPU full tier's input type; no import of tuna.gpu at run time
-    from .gpu.full_tier import GpuCode
 
 
 class LoopKind(enum.Enum):
@@ -224,9 +220,10 @@ class KernelIR:
     code : tuple of MachineCode
         The generated functions (the kernel and its outlined parallel bodies), when the
         CPU full tier compiled the candidate; empty otherwise.
-    gpu_code : GpuCode or None
+    gpu_code : tuna.gpu.full_tier.GpuCode or None
         The compiled CUDA kernels (PTX, ptxas' resources, launch shapes), when the GPU
-        full tier compiled the candidate; None otherwise.
+        full tier compiled the candidate; None otherwise. Typed loosely here: the GPU
+        modules build on this one, not the other way round.
     """
 
     name: str
@@ -234,7 +231,7 @@ class KernelIR:
     allocations: tuple[Allocation, ...] = ()
     params: tuple[str, ...] = ()
     code: tuple[MachineCode, ...] = field(default=(), compare=False)
-    gpu_code: GpuCode | None = field(default=None, compare=False)
+    gpu_code: object | None = field(default=None, compare=False)
 
 
 def walk(nodes: tuple[Node, ...], outer: tuple[Loop, ...] = ()):

@@ -31,6 +31,7 @@ from scipy.optimize import nnls
 
 from .errors import TunaError
 from .machine import Machine
+from .tiers import check_tier
 
 #: Terms of the linear model, in the order of the coefficient files.
 TERMS = (
@@ -63,8 +64,6 @@ GPU_TERMS = (
 #: of a fork/join in TVM's runtime thread pool), for targets whose data file has no
 #: measured ``parallel_region_us``.
 PARALLEL_LAUNCH_SECONDS = 3e-6
-#: The analysis tiers that have coefficients (a table each in a coefficient file).
-TIERS = ("ir", "full")
 
 
 def launch_cycles(machine: Machine) -> float:
@@ -220,9 +219,7 @@ def _from_table(data: Mapping, machine: Machine, tier: str, source: str) -> Coef
 
 def coefficients(machine: Machine, tier: str) -> Coefficients:
     """The shipped coefficients of ``tier`` for ``machine`` (defaults without a file)."""
-    if tier not in TIERS:
-        raise TunaError(f"unknown tier {tier!r}; tiers: {', '.join(TIERS)}")
-    return _from_table(_shipped(machine.name), machine, tier, f"tuna/data/coeffs/{machine.name}.toml")
+    return _from_table(_shipped(machine.name), machine, check_tier(tier), f"tuna/data/coeffs/{machine.name}.toml")
 
 
 def seconds(features: Mapping[str, float], coeffs: Coefficients, machine: Machine) -> float:

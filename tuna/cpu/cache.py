@@ -1,6 +1,6 @@
 """Cache data movement on the loop tree with integer sets (the Tuna paper's Algorithm 2).
 
-This is the exact counterpart of :mod:`tuna.footprint` (which bounds footprints by boxes)
+This is the exact counterpart of :mod:`tuna.gpu.footprint` (which bounds footprints by boxes)
 and has the same interface, :func:`data_movement`. It is the only module of tuna that
 imports :mod:`islpy`.
 
@@ -38,7 +38,7 @@ reduce to the same piece, so footprints are shared across candidates through
 All three are exact; the tests check them against each other and brute force.
 
 Subscripts that depend on loops through non-affine terms (``f // 56``, ``f % 56``,
-selects) are over-approximated as :func:`tuna.footprint.dim_range` does: that dimension
+selects) are over-approximated as :func:`tuna.gpu.footprint.dim_range` does: that dimension
 ranges over an interval of ``min(dim size, (1 + affine spread) * product of the opaque
 loops' extents)`` consecutive values, independent of the other dimensions. This covers
 every value the subscript takes when they are consecutive (div/mod splits of a fused
@@ -450,7 +450,7 @@ def footprint_lines(node: Node, line_bytes: int) -> dict[str, int]:
 def data_movement(node: Node, capacity: int, line_bytes: int) -> tuple[dict[str, int], dict[str, int]]:
     """Bytes brought into a cache of ``capacity`` bytes while ``node`` runs (Algorithm 2).
 
-    Same interface as :func:`tuna.footprint.data_movement`, with exact footprints.
+    Same interface as :func:`tuna.gpu.footprint.data_movement`, with exact footprints.
 
     Parameters
     ----------

@@ -17,9 +17,6 @@ Laid out as the data flows, one folder per MetaSchedule extension point:
 - :mod:`.measure` and :mod:`.networks`: real measurement for the benchmarks, and their scorers.
 """
 
-import tvm as tvm  # reached by other parts' code: see _machine below
-
-from ..errors import AnalysisError as AnalysisError  # likewise
 from .analysis import (
     apply_trace,
     compile_objects,
@@ -38,12 +35,6 @@ from .runner import PREDICTION, SIDECAR, Prediction, Predictions, StaticRunner, 
 from .search_strategy import ESSearch
 from .tuning import TuneResult, tune
 from .workloads import as_machine, load_workload, parse_tvmscript, plain_json, tvm_target, workload_names
-
-# Names that code of the other parts of issue 18's redesign reaches through this package today;
-# they stay reachable until the merge points those lines at their homes: tuna/cli.py and
-# scripts/bench_search_parallel.py call ``_machine`` (now as_machine); tests/test_joint.py and
-# tests/fixtures/objects/make_fixtures.py use ``tvm`` and ``AnalysisError`` (tuna.errors).
-_machine = as_machine
 
 __all__ = [
     "PREDICTION",

@@ -37,10 +37,6 @@ from .timing import (
 )
 from .whole_networks import NETWORK_METHODS, NetworkRow, check_methods, network_bench, network_tasks
 
-# tests/test_bench_measure.py (another part of issue 18's redesign) calls ``measure._torch_row``;
-# it stays reachable here until the merge points that line at measure.whole_networks.
-from .whole_networks import _torch_row as _torch_row
-
 __all__ = [
     "BUILD_TIMEOUT",
     "MIN_REPEAT_MS",
