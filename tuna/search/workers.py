@@ -10,7 +10,10 @@ so that nothing but the payloads and, once per worker, ``setup_arg`` crosses a p
 machine boundary. A payload whose scoring raises, crashes its worker or runs past the time
 limit scores :data:`~tuna.estimate.WORST_SCORE`; the other payloads of the batch are not affected.
 
-This module and :mod:`tuna.search.processes` are the only places tuna starts processes.
+Worker processes run a fresh interpreter whose entry point is this module, never the
+caller's ``__main__``: a script without an ``if __name__ == "__main__":`` guard, a notebook
+and an interactive session all work, and the caller's code runs once. This module and
+:mod:`tuna.search.processes` are the only places tuna starts processes.
 """
 
 from __future__ import annotations
@@ -19,8 +22,11 @@ import hashlib
 import logging
 import math
 import multiprocessing
+import multiprocessing.spawn
 import os
 import pickle
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
@@ -86,9 +92,24 @@ class SerialEvaluator:
 # ---------------------------------------------------------------------------------------
 
 
-def _worker_main(conn: Connection, setup: Setup, score_fn: Score, setup_arg: Any) -> None:
+# The child's whole program. It takes the parent's sys.path before importing anything that
+# might not be on its own (tuna itself, the module holding setup and score), and it does not
+# go through multiprocessing's spawn, which would import the parent's __main__ (its file,
+# re-running a script that has no guard) to be able to unpickle objects defined there.
+_BOOTSTRAP = (
+    "import sys\n"
+    "from multiprocessing.connection import Connection\n"
+    "conn = Connection(int(sys.argv[1]))\n"
+    "sys.path[:] = conn.recv()\n"
+    "from tuna.search.workers import _worker_main\n"
+    "_worker_main(conn)\n"
+)
+
+
+def _worker_main(conn: Connection) -> None:
     """Body of one worker process: set up, then score payloads until told to stop."""
     try:
+        setup, score_fn, setup_arg = pickle.loads(conn.recv_bytes())
         state = setup(setup_arg)
     except BaseException as err:  # report and leave: the parent turns this into an error
         conn.send(("setup-failed", f"{type(err).__name__}: {err}"))
@@ -97,34 +118,62 @@ def _worker_main(conn: Connection, setup: Setup, score_fn: Score, setup_arg: Any
     while True:
         try:
             msg = conn.recv()
-        except (EOFError, OSError):
+        except (EOFError, OSError, KeyboardInterrupt):  # the parent is gone, or Ctrl-C hit the group
             return
         if msg is None:
             return
         task, payload = msg
-        conn.send((task, _safe_score(score_fn, state, payload)))
+        score = _safe_score(score_fn, state, payload)
+        try:
+            conn.send((task, score))
+        except OSError:  # the parent is gone
+            return
 
 
 class _Worker:
-    """One worker process and its end of the pipe."""
+    """One worker process and the parent's end of its socket pair.
 
-    def __init__(self, ctx, setup: Setup, score_fn: Score, setup_arg: Any) -> None:
-        self.conn, child = ctx.Pipe(duplex=True)
-        self.process = ctx.Process(target=_worker_main, args=(child, setup, score_fn, setup_arg), daemon=True)
-        saved = {k: os.environ.get(k) for k in _WORKER_ENV}
-        os.environ.update(_WORKER_ENV)  # spawned children copy the environment at start
+    The child inherits the other end as a file descriptor (POSIX ``pass_fds``, as TVM's
+    ``popen_pool`` does): only it holds that end, so no address or authentication key is needed.
+    """
+
+    def __init__(self, functions: bytes) -> None:
+        self.conn, child = multiprocessing.Pipe(duplex=True)
         try:
-            self.process.start()
+            self.process = subprocess.Popen(
+                [multiprocessing.spawn.get_executable(), "-c", _BOOTSTRAP, str(child.fileno())],
+                pass_fds=(child.fileno(),),
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, **_WORKER_ENV},
+            )
+        except BaseException:
+            self.conn.close()
+            raise
         finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
-        child.close()
+            child.close()  # the child's copy is its only one: its death reads as EOF here
+        # Both fit in the socket's buffer unless setup_arg is large; then this waits for the child.
+        try:
+            self.conn.send(sys.path)
+            self.conn.send_bytes(functions)
+        except OSError:  # it died at once: the pool reads EOF and reports its exit code
+            pass
         self.ready = False
         self.task: int | None = None
         self.started = 0.0
+
+    @property
+    def exitcode(self) -> int | None:
+        """The exit status once the process has ended (negative: killed by that signal), else None."""
+        return self.process.poll()
+
+    def is_alive(self) -> bool:
+        return self.process.poll() is None
+
+    def join(self, timeout: float) -> None:
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
 
     def stop(self, kill: bool = False) -> None:
         if kill:
@@ -134,10 +183,10 @@ class _Worker:
                 self.conn.send(None)
             except (OSError, ValueError):
                 pass
-        self.process.join(timeout=5)
-        if self.process.is_alive():
+        self.join(timeout=5)
+        if self.is_alive():
             self.process.kill()
-            self.process.join(timeout=5)
+            self.join(timeout=5)
         self.conn.close()
 
 
@@ -160,8 +209,10 @@ class ProcessPool:
 
     Notes
     -----
-    Workers are started with the ``spawn`` method (the parent may hold TVM's threads,
-    which ``fork`` would copy in an unusable state) and stay up between batches. A worker
+    Each worker is a fresh interpreter (not a fork: the parent may hold TVM's threads,
+    which ``fork`` would copy in an unusable state) that takes this process's ``sys.path``
+    and environment, with :data:`_WORKER_ENV` on top, and never imports its ``__main__``;
+    workers stay up between batches. A worker
     that dies (segfault, ``os._exit``, out of memory) costs only the payload it held; a
     new one takes its place. Use as a context manager, or call :meth:`close`.
     """
@@ -179,14 +230,14 @@ class ProcessPool:
             raise TunaError(f"need at least one worker process, not {workers}")
         self.workers = workers
         self.timeout, self.setup_timeout = timeout, setup_timeout
-        self._args = (setup, score_fn, setup_arg)
-        self._ctx = multiprocessing.get_context("spawn")
+        # Pickled once (the functions by reference: they are module-level); sent to each worker.
+        self._functions = pickle.dumps((setup, score_fn, setup_arg))
         self._pool: list[_Worker] = []
         self.crashed = 0
         self.timed_out = 0
 
     def _spawn(self) -> _Worker:
-        worker = _Worker(self._ctx, *self._args)
+        worker = _Worker(self._functions)
         worker.started = time.monotonic()
         return worker
 
@@ -219,7 +270,7 @@ class ProcessPool:
         try:
             kind, detail = w.conn.recv()
         except (EOFError, OSError):
-            kind, detail = "setup-failed", f"the worker died (exit code {w.process.exitcode})"
+            kind, detail = "setup-failed", f"the worker died (exit code {w.exitcode})"
         if kind != "ready":
             w.stop(kill=True)
             raise TunaError(f"a search worker could not set up: {detail}")
@@ -254,8 +305,8 @@ class ProcessPool:
         while busy or (starting and pending):
             deadline = min([w.started + limit for w in busy.values()]
                            + [w.started + self.setup_timeout for w in starting.values()])
-            ready = wait(list(busy) + [w.process.sentinel for w in busy.values()] + list(starting),
-                         timeout=max(0.0, deadline - time.monotonic()))
+            # A worker that dies closes its end of the pipe: its connection turns ready (EOF).
+            ready = wait(list(busy) + list(starting), timeout=max(0.0, deadline - time.monotonic()))
             for conn in [c for c in starting if c in ready]:
                 w = starting.pop(conn)
                 self._take_ready(w)
@@ -264,22 +315,23 @@ class ProcessPool:
                 if time.monotonic() - w.started > self.setup_timeout:
                     self._setup_overdue(w)
             for w in list(busy.values()):
-                if w.conn in ready and w.conn.poll():
+                dead = False
+                if w.conn in ready and w.conn.poll():  # not one fed above, on its "ready"
                     try:
                         task, score = w.conn.recv()
                     except (EOFError, OSError):
-                        task, score = None, None
-                    if task is not None:
+                        dead = True
+                    else:
                         results[task] = score
                         del busy[w.conn]
                         w.task = None
                         feed(w)
                         continue
-                if not w.process.is_alive() or w.process.sentinel in ready:
-                    w.process.join(timeout=1)  # for its exit code
+                if dead or not w.is_alive():
+                    w.join(timeout=1)  # for its exit code
                     self.crashed += 1
                     logger.warning("tuna search: a worker died (exit code %s) scoring candidate %d; "
-                                   "it scores worst", w.process.exitcode, w.task)
+                                   "it scores worst", w.exitcode, w.task)
                 elif time.monotonic() - w.started > limit:
                     self.timed_out += 1
                     logger.warning("tuna search: candidate %d ran past %g s; it scores worst", w.task, limit)
