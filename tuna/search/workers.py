@@ -18,6 +18,7 @@ and an interactive session all work, and the caller's code runs once. This modul
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import logging
 import math
@@ -401,12 +402,76 @@ def parse_cluster(address: str) -> tuple[str, int | str]:
     return "remote", address
 
 
+def _unguarded_main_call() -> str | None:
+    """Where the caller's ``__main__`` calls in without an ``if __name__ == "__main__":`` guard.
+
+    Returns ``"FILE, line N"`` when multiprocessing's spawn would import ``__main__`` again in
+    a child (it has a file, or a module name other than ``*.__main__``; the same test as
+    :func:`multiprocessing.spawn.get_preparation_data`) and the top-level statement of
+    ``__main__`` now running is not under that guard: the child would run it again. None
+    otherwise, and when the source cannot be read.
+    """
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    name = getattr(getattr(main, "__spec__", None), "name", None)
+    if main is None or path is None or (name is not None and (name == "__main__" or name.endswith(".__main__"))):
+        return None
+    frame = sys._getframe(1)
+    while frame is not None and not (frame.f_globals is vars(main) and frame.f_code.co_name == "<module>"):
+        frame = frame.f_back
+    if frame is None:  # the script's top level has finished: nothing of it runs again
+        return None
+    line = frame.f_lineno
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for stmt in tree.body:
+        if stmt.lineno <= line <= (stmt.end_lineno or stmt.lineno):
+            if isinstance(stmt, ast.If) and _is_main_guard(stmt.test) and any(
+                    s.lineno <= line <= (s.end_lineno or s.lineno) for s in stmt.body):
+                return None
+            break
+    return f"{path}, line {line}"
+
+
+def _is_main_guard(test: ast.expr) -> bool:
+    """``__name__ == "__main__"``, either way round."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
+        return False
+    sides = {ast.dump(test.left), ast.dump(test.comparators[0])}
+    return sides == {ast.dump(ast.Name("__name__", ast.Load())), ast.dump(ast.Constant("__main__"))}
+
+
+def _check_local_cluster_start(address: str) -> None:
+    """Refuse a ``local:N`` cluster that would run the caller's unguarded script again.
+
+    Dask's ``LocalCluster`` starts its workers with multiprocessing's spawn, which imports
+    the parent's ``__main__`` in each: a script without the guard starts again there, and
+    the cluster fails with Dask's own errors after it.
+    """
+    where = _unguarded_main_call()
+    if where is not None:
+        raise TunaError(
+            f"cluster {address!r} called from the top level of a script without an "
+            f"'if __name__ == \"__main__\":' guard ({where}): Dask's LocalCluster starts its "
+            "workers with multiprocessing's spawn, which would run the script again in each. "
+            "Put the call under that guard, or use workers=N (tuna's own worker processes "
+            "do not run the script), or start a cluster (dask scheduler, dask worker) and "
+            "give its address")
+
+
 def check_cluster(address: str) -> None:
     """Fail early, with a :class:`TunaError`, on a cluster address that is malformed or unreachable.
 
     Called before tuning starts: inside MetaSchedule's callbacks an error loses its type.
+    ``local:N`` called from a script's top level without an ``if __name__ == "__main__":``
+    guard is refused here too (see :class:`DaskEvaluator`).
     """
     kind, where = parse_cluster(address)
+    if kind == "local":
+        _check_local_cluster_start(address)
     if kind == "remote":
         from distributed import Client
 
@@ -435,6 +500,13 @@ class DaskEvaluator:
     security : distributed.Security, optional
         TLS settings for a remote scheduler (see README.md, "Securing a cluster").
 
+    Raises
+    ------
+    TunaError
+        For ``local:N`` called from the top level of a script that has no
+        ``if __name__ == "__main__":`` guard: Dask starts its local workers with
+        multiprocessing's spawn, which would run that script again in each of them.
+
     Notes
     -----
     A payload that kills its worker is retried by Dask on another worker up to the
@@ -458,6 +530,7 @@ class DaskEvaluator:
         self.timeout = timeout
         self._cluster = None
         if kind == "local":
+            _check_local_cluster_start(address)
             with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
                 self._cluster = LocalCluster(
                     n_workers=int(where),
