@@ -105,3 +105,17 @@ print("TRIALS", result.trials, result.predicted_seconds > 0)
                           cwd=tmp_path)
     check_ran_once(done)
     assert "TRIALS 8 True" in done.stdout
+
+
+def test_tune_on_a_local_dask_cluster_from_a_script_without_a_guard_is_refused(tmp_path):
+    script = tmp_path / "tune_dask_no_guard.py"
+    script.write_text(f"""
+import tuna
+
+print({MARKER!r})
+tuna.tune("GMM:1", "zen4", {str(tmp_path / "work")!r}, max_trials=8, cluster="local:2")
+""")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path)
+    assert done.returncode == 1 and done.stdout.count(MARKER) == 1
+    assert "TunaError" in done.stderr and "guard" in done.stderr
