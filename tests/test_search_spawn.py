@@ -82,6 +82,14 @@ def test_a_local_dask_cluster_from_a_script_without_a_guard_is_refused(tmp_path)
     assert f"dask_no_guard.py, line {call_line}" in done.stderr
 
 
+def test_a_local_dask_cluster_from_stdin_is_refused(tmp_path):
+    # multiprocessing's spawn, and so Dask, cannot import a __main__ read from stdin.
+    done = subprocess.run([sys.executable, "-"], input=DASK_SCRIPT + "main()\n", capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert done.returncode == 1 and done.stdout.count(MARKER) == 1
+    assert "TunaError" in done.stderr and "<stdin>" in done.stderr and "workers=N" in done.stderr
+
+
 def test_a_local_dask_cluster_from_a_guarded_script_runs(tmp_path):
     script = tmp_path / "dask_guard.py"
     script.write_text(DASK_SCRIPT + 'if __name__ == "__main__":\n    main()\n')

@@ -1,4 +1,4 @@
-"""The one place tuna starts processes: external tools (nvcc, ptxas) and, later, worker pools."""
+"""Running external tools (nvcc, ptxas); with :mod:`tuna.search.workers`, the only places tuna starts processes."""
 
 from __future__ import annotations
 

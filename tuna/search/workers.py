@@ -448,9 +448,17 @@ def _check_local_cluster_start(address: str) -> None:
     """Refuse a ``local:N`` cluster that would run the caller's unguarded script again.
 
     Dask's ``LocalCluster`` starts its workers with multiprocessing's spawn, which imports
-    the parent's ``__main__`` in each: a script without the guard starts again there, and
-    the cluster fails with Dask's own errors after it.
+    the parent's ``__main__`` in each: a script without the guard starts again there, code
+    read from stdin cannot be imported, and either way the cluster fails with Dask's own
+    errors after it. A notebook's or an interactive session's ``__main__`` is not imported.
     """
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    if path is not None and not os.path.isfile(path):  # "<stdin>": a child cannot import it at all
+        raise TunaError(
+            f"cluster {address!r} from code read from {path}: Dask's LocalCluster starts its "
+            "workers with multiprocessing's spawn, which imports __main__ from its file and "
+            "fails on this one. Run a script file (with an 'if __name__ == \"__main__\":' guard), "
+            "or use workers=N (tuna's own worker processes do not import __main__)")
     where = _unguarded_main_call()
     if where is not None:
         raise TunaError(
@@ -504,8 +512,9 @@ class DaskEvaluator:
     ------
     TunaError
         For ``local:N`` called from the top level of a script that has no
-        ``if __name__ == "__main__":`` guard: Dask starts its local workers with
-        multiprocessing's spawn, which would run that script again in each of them.
+        ``if __name__ == "__main__":`` guard, or from code read from stdin: Dask starts its
+        local workers with multiprocessing's spawn, which would run that script again in
+        each of them, or fail to import the code.
 
     Notes
     -----
