@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The A100 ResNet-34 database tuna ships (tuna/data/databases/a100-resnet34, TVM 0.16) as
+# pools, one per task, in the directory named: bash scripts/import_a100.sh OUT_DIR [JOBS]
+# Takes about half an hour on 2 cores (every trace is applied to its workload and checked).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:?usage: bash scripts/import_a100.sh OUT_DIR [JOBS]}
+jobs=${2:-$(nproc)}
+[ -x .venv/bin/tuna ] || source scripts/_env.sh
+exec .venv/bin/tuna import-db tuna/data/databases/a100-resnet34 --device "NVIDIA A100" -o "$out" --jobs "$jobs"
