@@ -186,3 +186,34 @@ def test_shipped_cpu_pools_load_unchanged():
     for path in bench.shipped_pools():
         pool = bench.load_pool(path)
         assert pool.second_timing and isinstance(pool.workload[1], int) and pool.name == path.stem
+
+
+SHIPPED = Path(bench.__file__).parent.parent / "data" / "databases" / "a100-resnet34"
+
+
+def test_node_graph_reader_on_every_workload_of_the_shipped_database():
+    from tvm import s_tir
+
+    from tuna.integration.workloads import parse_tvmscript
+
+    wfile, rfile = msdb.database_files([SHIPPED])
+    with gzip.open(rfile, "rt") as f:
+        assert sum(1 for _ in f) == 20089
+    workloads = [row for _, row in msdb.json_lines(wfile)]
+    assert len(workloads) == 20
+    for index, (_, encoded) in enumerate(workloads):
+        graph = decode_workload(encoded, f"workload {index}")
+        mod = parse_tvmscript(module_script(graph, f"workload {index}"), f"workload {index}")
+        sch = s_tir.Schedule(mod)
+        for name, _ in block_names(graph):  # the traces name blocks: every one is there
+            sch.get_sblock(name)
+
+
+def test_databases_package_imports_no_tvm():
+    import subprocess
+    import sys
+
+    code = ("import sys, tuna.databases.metaschedule, tuna.databases.node_graph; "
+            "print(sorted(m for m in ('tvm', 'tuna.integration') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -73,13 +73,14 @@ def _decisions(decisions: list) -> list:
     return sorted(([int(i), json.loads(json.dumps(d))] for i, d in decisions), key=lambda x: x[0])
 
 
-def convert_records(script: str, where: str, records: Sequence[tuple[int, list, tuple[float, ...]]]):
+def convert_records(script: str, where: str, records: Sequence[tuple[int, list, tuple[float, ...]]], mod=None):
     """Apply each (line, upgraded trace, run_secs) to the workload; the candidates and the drops.
 
     Runs in a worker process when :func:`import_database` is given ``jobs`` > 1, so it takes
-    and returns plain values only.
+    and returns plain values only (``mod``, the parsed ``script``, only in this process).
     """
-    mod = parse_tvmscript(script, where)
+    if mod is None:
+        mod = parse_tvmscript(script, where)
     candidates, dropped = [], Counter()
     for line, trace, run_secs in records:
         reason = check_trace(mod, trace)
@@ -149,21 +150,21 @@ def _import(db: msdb.Database, device: str, progress: Callable[[str], None] | No
         graph = decode_workload(w.encoded, where)
         script = module_script(graph, where)
         try:
-            parse_tvmscript(script, where)
+            mod = parse_tvmscript(script, where)
         except WorkloadError as err:
             raise DatabaseError(f"{where}: tuna's TVMScript of the workload does not parse: {err}") from None
         result = WorkloadImport(w.index, pool_name(graph, w.index), len(by_workload[w.index]))
         screened = msdb.screen_records(by_workload[w.index])
         result.dropped.update(screened.dropped)
         work = [(r.line, r.trace, r.run_secs) for r in screened.kept]
-        prepared.append((w, graph, script, where, screened, result, work))
+        prepared.append((w, graph, script, where, screened, result, work, None if jobs > 1 else mod))
     pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) if jobs > 1 else None
     try:
         futures = [pool.submit(convert_records, script, where, work) if pool else None
-                   for _, _, script, where, _, _, work in prepared]
+                   for _, _, script, where, _, _, work, _ in prepared]
         out = []
-        for (w, graph, script, where, screened, result, work), fut in zip(prepared, futures):
-            candidates, dropped = fut.result() if fut else convert_records(script, where, work)
+        for (w, graph, script, where, screened, result, work, mod), fut in zip(prepared, futures):
+            candidates, dropped = fut.result() if fut else convert_records(script, where, work, mod)
             result.dropped.update(dropped)
             result.converted = len(candidates)
             if candidates:
