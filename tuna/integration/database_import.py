@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import gc
 import json
-import logging
 import multiprocessing
 import os
 import time
@@ -30,8 +29,6 @@ from ..databases.node_graph import block_names, decode_workload, graph_version, 
 from ..errors import DatabaseError, WorkloadError
 from .workloads import parse_tvmscript, plain_json
 
-log = logging.getLogger(__name__)
-
 
 @dataclass
 class WorkloadImport:
@@ -43,12 +40,11 @@ class WorkloadImport:
     converted: int = 0
     dropped: Counter = field(default_factory=Counter)
     pool: dict[str, Any] | None = None
-    error: str | None = None
 
     def row(self) -> dict[str, Any]:
         """The counts as a JSON-ready dict."""
         return {"index": self.index, "name": self.name, "records": self.records, "converted": self.converted,
-                "dropped": {r: self.dropped[r] for r in msdb.REASONS if self.dropped[r]}, "error": self.error}
+                "dropped": {r: self.dropped[r] for r in msdb.REASONS if self.dropped[r]}}
 
 
 def pool_name(graph: dict[str, Any], index: int) -> str:
