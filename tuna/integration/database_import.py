@@ -48,10 +48,17 @@ class WorkloadImport:
 
 
 def pool_name(graph: dict[str, Any], index: int) -> str:
-    """A pool's name: the task's index and its main block (the last reduction, else the last block)."""
-    blocks = [name for name, _ in block_names(graph) if name != "root"]
-    reductions = [name for name, reduces in block_names(graph) if reduces]
-    return f"task{index:02d}-{(reductions or blocks or ['main'])[-1]}"
+    """A pool's name: the task's index and its main block.
+
+    That is the last block not named ``T_*`` (TOPI's elementwise epilogues: ``conv2d_nchw``,
+    ``conv2d_winograd``, ``pool_max``), else the last reduction (``T_matmul_NT``), else the
+    last block.
+    """
+    named = block_names(graph)
+    blocks = [name for name, _ in named if name != "root"]
+    main = [name for name in blocks if not name.startswith("T_")]
+    reductions = [name for name, reduces in named if reduces]
+    return f"task{index:02d}-{(main or reductions or blocks or ['main'])[-1]}"
 
 
 def check_trace(mod, trace: list) -> str | None:
