@@ -110,7 +110,7 @@ def test_load_pool_leaves_failed_candidates_out():
         ("[1, 2]", "expected a JSON object"),
         (json.dumps({"workload": ["GMM", 1]}), "lacks target, mod, candidates"),
         (json.dumps(_pool_dict(candidates=[])), "has no candidates"),
-        (json.dumps(_pool_dict(workload="GMM")), "workload must be [name, index]"),
+        (json.dumps(_pool_dict(workload=["GMM"])), "workload must be [name, index]"),  # a bare name is one
         (json.dumps(_pool_dict(target={"mcpu": "znver4"})), "target must be a TVM target dict"),
     ],
 )

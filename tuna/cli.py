@@ -14,6 +14,7 @@ logs, the built candidates) and in temporary folders.
 ``tuna bench launch``                the cost of one TVM parallel region on this machine
 ``tuna bench report``                BENCHMARKS.md from the JSON the bench commands wrote
 ``tuna calibrate POOLS``             fit the linear model's coefficients to measured pools
+``tuna import-db WORK_DIR -o DIR``   a MetaSchedule database (any TVM release tuna reads) as pools
 """
 
 from __future__ import annotations
@@ -405,6 +406,41 @@ def _calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _import_db(args: argparse.Namespace) -> int:
+    from . import bench
+    from .databases.metaschedule import REASONS
+    from .integration import database_import
+
+    _quiet_tvm()
+    out = Path(args.output)
+    if out.exists() and not out.is_dir():
+        raise TunaError(f"output {out} exists and is not a directory")
+    if args.jobs < 1:
+        raise TunaError(f"--jobs must be at least 1, not {args.jobs}")
+    _stderr(f"== tuna import-db {' '.join(args.database)} ({args.device})")
+    results, summary = database_import.import_database(args.database, args.device, progress=_stderr, jobs=args.jobs)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise TunaError(f"cannot create {out}: {err.strerror or err}") from None
+    rows = [("workload", "records", "converted", *REASONS)]
+    for r in results:
+        if r.pool is not None:
+            path = out / f"{r.name}.json"
+            bench.write_pool(path, r.pool)
+            summary["workloads"][results.index(r)]["pool"] = str(path)
+        rows.append((r.name, str(r.records), str(r.converted), *(str(r.dropped[k]) for k in REASONS)))
+    rows.append(("all", str(summary["records"]), str(summary["converted"]),
+                 *(str(summary["dropped"][k]) for k in REASONS)))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
+    _write(str(out / "import-summary.json"), json.dumps(summary, indent=2))
+    pools = sum(r.pool is not None for r in results)
+    print(f"wrote {pools} pools to {out} in {summary['seconds']:.0f} s")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``tuna`` command."""
     parser = argparse.ArgumentParser(
@@ -516,6 +552,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tiers", default="ir,full", help="tiers to fit (default ir,full)")
     p.add_argument("--output", "-o", required=True, help="coefficient file to write (tuna/data/coeffs/<preset>.toml)")
     p.set_defaults(func=_calibrate)
+
+    p = sub.add_parser("import-db", help="turn a MetaSchedule database into measured pools, one per workload")
+    p.add_argument("database", nargs="+",
+                   help="a MetaSchedule work directory, or its database_workload.json and "
+                        "database_tuning_record.json (gzipped or not)")
+    p.add_argument("--device", required=True, help='the device the records were measured on, e.g. "NVIDIA A100"')
+    p.add_argument("--output", "-o", required=True,
+                   help="directory for the pools (<task>.json) and import-summary.json")
+    p.add_argument("--jobs", "-j", type=int, default=1, help="worker processes applying the traces (default 1)")
+    p.set_defaults(func=_import_db)
 
     p = sub.add_parser("targets", help="list the machine presets")
     p.add_argument("--json", action="store_true")

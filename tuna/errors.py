@@ -19,3 +19,7 @@ class WorkloadError(TunaError, ValueError):
 
 class AnalysisError(TunaError):
     """A candidate that could not be lowered or analysed."""
+
+
+class DatabaseError(TunaError, ValueError):
+    """A MetaSchedule database that cannot be read or converted; the message names the file and line."""

@@ -2,7 +2,7 @@
 
 Laid out as the data flows (this file only re-exports their public names):
 
-- :mod:`.pools`: the measured pools (:class:`Pool`, :func:`load_pool`, :func:`shipped_pools`);
+- :mod:`.pools`: the measured pools (:class:`Pool`, :func:`load_pool`, :func:`write_pool`, :func:`shipped_pools`);
 - :mod:`.features`: tuna's features of their candidates, per tier;
 - :mod:`.calibration`: the linear model fitted to them (``tuna calibrate``, leave-one-pool-out fits);
 - :mod:`.metrics`: top-k ratio, a-peak, Kendall tau;
@@ -32,7 +32,7 @@ from .evaluation import (
 )
 from .features import pool_features
 from .metrics import METRICS, a_peak, all_metrics, kendall_tau, picks, top_k_ratio
-from .pools import Pool, PoolError, load_pool, shipped_pool, shipped_pools
+from .pools import Pool, PoolError, load_pool, shipped_pool, shipped_pools, write_pool
 from .ranking import predictions, rank_figure_title, rank_notes, rank_pools, tuna_scorers, xgb_scorer
 from .records import join_runs, machine_info, meta, now
 from .report import (
@@ -93,5 +93,6 @@ __all__ = [
     "tune_table",
     "unseen_coefficients",
     "with_ratios",
+    "write_pool",
     "xgb_scorer",
 ]

@@ -24,8 +24,9 @@ from ..estimate import WORST_SCORE
 from .metrics import METRICS, all_metrics
 from .pools import Pool, load_pool
 
-#: A scorer: ``(pool, train_idx, test_idx) -> (scores of test_idx, seconds per candidate)``.
-Scorer = Callable[[Pool, np.ndarray, np.ndarray], tuple[np.ndarray, float]]
+#: A scorer: ``(pool, train_idx, test_idx) -> (scores of test_idx, seconds per candidate)``,
+#: or None when it has nothing to say about the pool (the noise ceiling without a second timing).
+Scorer = Callable[[Pool, np.ndarray, np.ndarray], "tuple[np.ndarray, float] | None"]
 
 #: Most candidates a learned baseline trains on (a third of the pool when it is smaller).
 TRAIN_SIZE = 64
@@ -71,11 +72,14 @@ def random_scorer(seed: int = 0) -> Scorer:
     return scores
 
 
-def noise_ceiling(pool: Pool, train_idx: np.ndarray, test_idx: np.ndarray) -> tuple[np.ndarray, float]:
+def noise_ceiling(pool: Pool, train_idx: np.ndarray, test_idx: np.ndarray) -> tuple[np.ndarray, float] | None:
     """The second timing as a model (score = -secs_b): as good as measuring again.
 
-    Its seconds per candidate are NaN: it measures, it does not analyse.
+    Its seconds per candidate are NaN: it measures, it does not analyse. None for a pool
+    with no second timing (an imported database's): it is left out of that pool's results.
     """
+    if not pool.second_timing:
+        return None
     return -pool.secs_b[test_idx], math.nan
 
 
@@ -178,7 +182,10 @@ def evaluate(
         lat = pool.secs_a[test_idx]
         for model, scorer in scorers.items():
             start = time.perf_counter()
-            scores, per_cand = scorer(pool, train_idx, test_idx)
+            out = scorer(pool, train_idx, test_idx)
+            if out is None:  # the scorer has nothing to say about this pool
+                continue
+            scores, per_cand = out
             wall = time.perf_counter() - start
             scores = np.asarray(scores, dtype="float64")
             if scores.shape != test_idx.shape:

@@ -2,10 +2,14 @@
 
 A pool (``tuna/data/pools/*.json``) holds, for one workload, the schedules MetaSchedule's
 tuner proposed on the pools' machine and two later timings of each (``secs_a``,
-``secs_b``). Its JSON fields: ``workload`` ([name, index into te_workload.CONFIGS]),
-``target`` (TVM target dict), ``mod`` (TVMScript), ``candidates`` ([{``trace``,
-``tuner_secs``, ``secs_a``, ``secs_b``}]), and optionally ``tune_seconds`` and ``trials``.
-Everything downstream (features, calibration, evaluation) takes a :class:`Pool`.
+``secs_b``). Its JSON fields: ``workload`` ([name, index into te_workload.CONFIGS], or a
+plain name for a workload that is not an Ansor one), ``target`` (TVM target dict), ``mod``
+(TVMScript), ``candidates`` ([{``trace``, ``tuner_secs``, ``secs_a``, ``secs_b``}]), and
+optionally ``tune_seconds``, ``trials`` and ``second_timing`` (false for pools imported from
+a MetaSchedule database, whose candidates carry one measurement, ``secs_a``, the median of
+its repeats ``run_secs``, and no ``secs_b``). Other fields (``device``, ``source``) are
+kept in the file and ignored here. Everything downstream (features, calibration,
+evaluation) takes a :class:`Pool`; :func:`write_pool` writes one.
 """
 
 from __future__ import annotations
@@ -38,8 +42,9 @@ class Pool:
         Workload name and index, e.g. ``"GMM-1"``.
     source : str
         The file it came from (``"<dict>"`` for a mapping).
-    workload : tuple of (str, int)
-        Ansor workload name and index into ``te_workload.CONFIGS``.
+    workload : tuple of (str, int or None)
+        Ansor workload name and index into ``te_workload.CONFIGS``; the index is None for
+        a workload named by its pool alone (an imported database's task).
     target : Mapping
         The TVM target dict the pool was measured for.
     mod : str
@@ -56,11 +61,14 @@ class Pool:
         Trials of that run.
     failed : int
         Candidates left out because their ``secs_a`` is missing or not finite.
+    second_timing : bool
+        Whether ``secs_b`` is an independent second timing; False for imported databases
+        (``secs_b`` is then all ``inf`` and the noise ceiling has nothing to say).
     """
 
     name: str
     source: str
-    workload: tuple[str, int]
+    workload: tuple[str, int | None]
     target: Mapping[str, Any]
     mod: str
     traces: tuple[Any, ...]
@@ -70,6 +78,7 @@ class Pool:
     tune_seconds: float | None = None
     trials: int | None = None
     failed: int = 0
+    second_timing: bool = True
 
     def __len__(self) -> int:
         return len(self.traces)
@@ -129,14 +138,19 @@ def load_pool(source: str | os.PathLike | Mapping[str, Any]) -> Pool:
     if missing:
         raise PoolError(f"pool {src} is not a pool: it lacks {', '.join(missing)}")
     workload = data["workload"]
-    if (
+    if isinstance(workload, str) and workload.strip():
+        workload = (workload, None)
+    elif (
         not isinstance(workload, (list, tuple))
         or len(workload) != 2
         or not isinstance(workload[0], str)
         or isinstance(workload[1], bool)
         or not isinstance(workload[1], int)
     ):
-        raise PoolError(f'pool {src}: workload must be [name, index], e.g. ["GMM", 1], not {workload!r}')
+        raise PoolError(f'pool {src}: workload must be [name, index], e.g. ["GMM", 1], or a name, not {workload!r}')
+    second_timing = data.get("second_timing", True)
+    if not isinstance(second_timing, bool):
+        raise PoolError(f"pool {src}: second_timing must be true or false, not {second_timing!r}")
     target = data["target"]
     if not isinstance(target, Mapping) or "kind" not in target:
         raise PoolError(f"pool {src}: target must be a TVM target dict with a 'kind', not {target!r}")
@@ -153,6 +167,8 @@ def load_pool(source: str | os.PathLike | Mapping[str, Any]) -> Pool:
             raise PoolError(f"{where}: expected an object with a trace (JSON list)")
         a = _seconds(cand.get("secs_a"), "secs_a", where, math.inf)
         b = _seconds(cand.get("secs_b"), "secs_b", where, math.inf)
+        if not second_timing and not math.isinf(b):
+            raise PoolError(f"{where}: the pool says it has no second timing, but the candidate has secs_b")
         t = _seconds(cand.get("tuner_secs"), "tuner_secs", where, math.nan)
         if math.isinf(a):
             failed += 1
@@ -166,9 +182,9 @@ def load_pool(source: str | os.PathLike | Mapping[str, Any]) -> Pool:
     tune_seconds = data.get("tune_seconds")
     trials = data.get("trials")
     return Pool(
-        name=f"{workload[0]}-{workload[1]}",
+        name=workload[0] if workload[1] is None else f"{workload[0]}-{workload[1]}",
         source=src,
-        workload=(workload[0], int(workload[1])),
+        workload=(workload[0], None if workload[1] is None else int(workload[1])),
         target=MappingProxyType(dict(target)),
         mod=data["mod"],
         traces=tuple(traces),
@@ -178,7 +194,29 @@ def load_pool(source: str | os.PathLike | Mapping[str, Any]) -> Pool:
         tune_seconds=float(tune_seconds) if isinstance(tune_seconds, (int, float)) else None,
         trials=int(trials) if isinstance(trials, int) else None,
         failed=failed,
+        second_timing=second_timing,
     )
+
+
+def write_pool(path: str | os.PathLike, data: Mapping[str, Any]) -> Pool:
+    """Check a pool (as :func:`load_pool` reads it) and write it as JSON.
+
+    Returns
+    -------
+    Pool
+        What the file now holds.
+
+    Raises
+    ------
+    PoolError
+        When ``data`` is not a pool (nothing is written), or the file cannot be written.
+    """
+    load_pool(data)  # checked before anything is written
+    try:
+        Path(path).write_text(json.dumps(data))
+    except OSError as err:
+        raise PoolError(f"cannot write pool {path}: {err.strerror or err}") from None
+    return load_pool(path)
 
 
 def shipped_pools() -> list[Path]:

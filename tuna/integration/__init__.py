@@ -14,7 +14,8 @@ Laid out as the data flows, one folder per MetaSchedule extension point:
   measuring), and the :class:`Prediction` the search hands it;
 - :mod:`.search_strategy`: :class:`ESSearch`, tuna's evolution strategies for MetaSchedule;
 - :mod:`.tuning`: :func:`tune`;
-- :mod:`.measure` and :mod:`.networks`: real measurement for the benchmarks, and their scorers.
+- :mod:`.measure` and :mod:`.networks`: real measurement for the benchmarks, and their scorers;
+- :mod:`.database_import`: MetaSchedule databases (older TVM releases too) as measured pools.
 """
 
 from .analysis import (

@@ -1,0 +1,1 @@
+"""MetaSchedule databases read without TVM: the files, the records, old traces and workloads."""
