@@ -177,6 +177,15 @@ def test_cli_import_db_writes_pools_load_pool_reads(tmp_path, capsys):
     assert {r.model for r in results} == {"random"}
 
 
+def test_cli_import_db_names_files_of_an_earlier_import(tmp_path, capsys):
+    out = tmp_path / "pools"
+    out.mkdir()
+    (out / "task09-old-name.json").write_text("{}")
+    assert cli.main(["import-db", str(WORKLOADS), str(RECORDS), "--device", "NVIDIA A100", "-o", str(out)]) == 0
+    assert "note: 1 other .json files" in capsys.readouterr().out
+    assert (out / "task09-old-name.json").read_text() == "{}"  # left as it was
+
+
 def test_cli_import_db_error_is_a_message(tmp_path, capsys):
     assert cli.main(["import-db", str(tmp_path / "nowhere"), "--device", "X", "-o", str(tmp_path / "o")]) == 2
     assert "does not exist" in capsys.readouterr().err

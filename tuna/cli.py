@@ -424,10 +424,12 @@ def _import_db(args: argparse.Namespace) -> int:
     except OSError as err:
         raise TunaError(f"cannot create {out}: {err.strerror or err}") from None
     rows = [("workload", "records", "converted", *REASONS)]
+    written = {out / "import-summary.json"}
     for r in results:
         if r.pool is not None:
             path = out / f"{r.name}.json"
             bench.write_pool(path, r.pool)
+            written.add(path)
             summary["workloads"][results.index(r)]["pool"] = str(path)
         rows.append((r.name, str(r.records), str(r.converted), *(str(r.dropped[k]) for k in REASONS)))
     rows.append(("all", str(summary["records"]), str(summary["converted"]),
@@ -438,6 +440,12 @@ def _import_db(args: argparse.Namespace) -> int:
     _write(str(out / "import-summary.json"), json.dumps(summary, indent=2))
     pools = sum(r.pool is not None for r in results)
     print(f"wrote {pools} pools to {out} in {summary['seconds']:.0f} s")
+    # Files of an earlier import stay (nothing is deleted), but a glob over the folder would rank them too.
+    others = sorted(p.name for p in out.glob("*.json") if p not in written)
+    if others:
+        print(f"note: {len(others)} other .json files in {out} are not from this import "
+              f"({', '.join(others[:3])}{', ...' if len(others) > 3 else ''}); the pools written are listed "
+              f"in import-summary.json")
     return 0
 
 
