@@ -317,12 +317,15 @@ def test_load_workload_accepts_names_and_files_and_explains_errors(tmp_path):
     assert tvm_ffi.structural_equal(integration.load_workload(script), mod)
     bad = tmp_path / "bad.py"
     bad.write_text("this is not TVMScript(")
+    binary = tmp_path / "binary.tir"
+    binary.write_bytes(bytes(range(128, 256)))
     for spec, words in [
         ("XYZ:0", "unknown workload"),
         ("GMM:99", "configurations 0..3"),
         ("GMM:x", "not an integer"),
         (str(tmp_path / "missing.py"), "does not exist"),
         (str(bad), "does not parse"),
+        (str(binary), "cannot be read as text"),
     ]:
         with pytest.raises(WorkloadError, match=words):
             integration.load_workload(spec)

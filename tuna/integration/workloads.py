@@ -56,7 +56,11 @@ def load_workload(spec: str | os.PathLike) -> tvm.IRModule:
     if path.suffix in (".py", ".tvmscript", ".tir") or path.exists():
         if not path.exists():
             raise WorkloadError(f"workload file {text} does not exist")
-        return parse_tvmscript(path.read_text(), f"workload file {text}")
+        try:
+            source = path.read_text()
+        except (OSError, UnicodeDecodeError) as err:  # a directory, no permission, a binary file
+            raise WorkloadError(f"workload file {text} cannot be read as text: {err}") from None
+        return parse_tvmscript(source, f"workload file {text}")
     name, _, index = text.replace("-", ":").partition(":")
     configs = workload_names()
     if name.upper() not in configs:
