@@ -20,7 +20,7 @@ from tvm.s_tir.meta_schedule.builder import BuilderInput, LocalBuilder
 from tvm.s_tir.meta_schedule.runner import RunnerInput
 
 from tuna import integration, machine
-from tuna.errors import WorkloadError
+from tuna.errors import AnalysisError, WorkloadError
 from tuna.estimate import WORST_SCORE
 from tuna.ir import walk
 
@@ -335,3 +335,13 @@ def test_workload_list_matches_ansor_suite():
     names = integration.workload_names()
     assert {"C1D", "C2D", "GMM", "NRM", "SFM", "DEP"} <= set(names)
     assert json.loads(json.dumps(names)) == names
+
+
+def test_trace_whose_decision_names_no_instruction_is_refused_before_tvm(gmm_pool):
+    # TVM 0.27 reads a decision's instruction index unchecked: past the end it crashes the process.
+    mod = integration.parse_tvmscript(gmm_pool["mod"], "GMM-1")
+    insts, decisions = gmm_pool["candidates"][0]["trace"]
+    for trace in ([[], [[1, 2]]], [insts, [[len(insts), decisions[0][1]]]], [insts, [[-1, 0]]]):
+        with pytest.raises(AnalysisError, match="names instruction"):
+            integration.apply_trace(mod, trace)
+    integration.apply_trace(mod, [insts, decisions])  # the pool's own trace still applies

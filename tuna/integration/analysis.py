@@ -104,8 +104,27 @@ def runner_tier(machine: Machine) -> str:
     return "full" if machine.kind == "cpu" or nvcc.find_nvcc() is not None else "ir"
 
 
+def _check_decision_indices(trace_json: Any) -> None:
+    """AnalysisError for a decision that names no instruction of the trace.
+
+    TVM 0.27 checks the rest of a trace's JSON itself, but reads a decision's instruction
+    index without a bounds check: an index past the instructions crashes the process.
+    """
+    try:
+        insts, decisions = trace_json
+        count = len(insts)
+        indices = [index for index, _ in decisions]
+    except (TypeError, ValueError):
+        return  # not [instructions, decisions]: TVM's own check says so
+    for index in indices:
+        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < count:
+            raise AnalysisError(f"the trace does not apply to the workload: a decision names instruction "
+                                f"{index!r}, but the trace has {count} instructions")
+
+
 def apply_trace(mod: tvm.IRModule, trace_json: Any) -> s_tir.Schedule:
     """The schedule a MetaSchedule trace (JSON) makes of ``mod``; AnalysisError if it does not apply."""
+    _check_decision_indices(trace_json)
     try:
         sch = s_tir.Schedule(mod)
         s_tir.Trace.apply_json_to_schedule(trace_json, sch)

@@ -22,11 +22,10 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from tvm import s_tir
-
 from ..databases import metaschedule as msdb
 from ..databases.node_graph import block_names, decode_workload, graph_version, module_script
-from ..errors import DatabaseError, WorkloadError
+from ..errors import AnalysisError, DatabaseError, WorkloadError
+from .analysis import apply_trace
 from .workloads import parse_tvmscript, plain_json
 
 
@@ -64,9 +63,8 @@ def pool_name(graph: dict[str, Any], index: int) -> str:
 def check_trace(mod, trace: list) -> str | None:
     """None if ``trace`` applies to ``mod`` with its decisions unchanged, else the reason."""
     try:
-        sch = s_tir.Schedule(mod)
-        s_tir.Trace.apply_json_to_schedule(trace, sch)
-    except Exception:  # TVM raises many kinds; the trace simply does not apply
+        sch = apply_trace(mod, trace)
+    except AnalysisError:
         return "trace-does-not-apply"
     applied = plain_json(sch.trace.as_json()[1])  # the decisions only: the whole trace is slow to convert
     return None if _decisions(applied) == _decisions(trace[1]) else "decisions-changed"
