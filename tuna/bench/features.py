@@ -31,7 +31,7 @@ def pool_features(
     Raises
     ------
     AnalysisError
-        When a tier cannot analyse one candidate of a pool (e.g. a CPU pool with a GPU preset).
+        When a tier can analyse no candidate of a pool (e.g. a CPU pool with a GPU preset).
     """
     from .. import integration
 
