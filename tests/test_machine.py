@@ -5,7 +5,7 @@ import pytest
 from tuna import machine
 from tuna.errors import TargetError, UnsupportedISAError
 
-REQUIRED = {"zen4", "skylake-avx512", "graviton2", "cortex-a53", "v100", "a100", "h100", "xavier"}
+REQUIRED = {"zen4", "zen5", "skylake-avx512", "graviton2", "cortex-a53", "v100", "a100", "h100", "xavier"}
 
 
 def test_presets_cover_the_required_targets():

@@ -230,7 +230,7 @@ def test_counts_of_a_matmul_body():
     assert skx.port_bound == pytest.approx(9.0) and skx.cycles == pytest.approx(9.0, rel=0.05)
 
 
-@pytest.mark.parametrize("preset", ["zen4", "skylake-avx512", "graviton2", "cortex-a53"])
+@pytest.mark.parametrize("preset", ["zen4", "zen5", "skylake-avx512", "graviton2", "cortex-a53"])
 @pytest.mark.parametrize("n", [1, 4, 8])
 def test_dependent_fma_chain_costs_n_latencies(preset, n):
     m = machine.preset(preset)
@@ -242,7 +242,7 @@ def test_dependent_fma_chain_costs_n_latencies(preset, n):
     assert simulator.simulate(body, m, loop=False).cycles == pytest.approx(n * lat, abs=lat + 2)
 
 
-@pytest.mark.parametrize("preset", ["zen4", "skylake-avx512", "graviton2", "cortex-a53"])
+@pytest.mark.parametrize("preset", ["zen4", "zen5", "skylake-avx512", "graviton2", "cortex-a53"])
 @pytest.mark.parametrize("n", [8, 12, 24])
 def test_independent_fmas_cost_n_over_throughput(preset, n):
     m = machine.preset(preset)
@@ -259,6 +259,15 @@ def test_zen4_ymm_fmas_run_twice_as_fast_as_zmm():
     zmm = simulator.simulate([_fma_x86(i) for i in range(16)], m).cycles
     ymm = simulator.simulate([_fma_x86(i, reg="ymm") for i in range(16)], m).cycles
     assert zmm == pytest.approx(2 * ymm, rel=0.05)
+
+
+def test_zen5_runs_zmm_fmas_at_full_width():
+    # Zen 5's 512-bit datapath: two zmm FMAs a cycle, as many as ymm (Zen 4 halves zmm).
+    m = machine.preset("zen5")
+    zmm = simulator.simulate([_fma_x86(i) for i in range(16)], m).cycles
+    ymm = simulator.simulate([_fma_x86(i, reg="ymm") for i in range(16)], m).cycles
+    assert zmm == pytest.approx(ymm, rel=0.05) and zmm == pytest.approx(8, rel=0.1)
+    assert zmm < simulator.simulate([_fma_x86(i) for i in range(16)], machine.preset("zen4")).cycles / 1.8
 
 
 def test_in_order_honours_false_dependencies():

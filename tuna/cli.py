@@ -8,6 +8,7 @@ logs, the built candidates) and in temporary folders.
 ``tuna explain WORKLOAD --target T`` the feature breakdown of one schedule
 ``tuna targets``                     the machine presets
 ``tuna bench rank [POOLS]``          ranking quality on measured pools, beside the baselines (table, JSON, PNG)
+``tuna bench tasks NETWORK``         a network's tuning tasks and their operator families
 ``tuna bench collect WORKLOAD``      measure a new pool on this machine (MetaSchedule + re-timing)
 ``tuna bench tune WORKLOADS``        offline tuning with tuna against measured tuning, picks timed here
 ``tuna bench network``               whole networks: tuna, MetaSchedule, untuned and PyTorch, timed here
@@ -137,9 +138,15 @@ def _explain(args: argparse.Namespace) -> int:
 def _load_pools(paths: list[str]):
     from . import bench
 
-    files = [Path(p) for p in paths] if paths else bench.shipped_pools()
+    files: list[Path] = []
+    for p in map(Path, paths or []):
+        # A folder stands for the pools in it (import-db's summary is not one).
+        files += sorted(f for f in p.glob("*.json") if f.name != "import-summary.json") if p.is_dir() else [p]
+    if not paths:
+        files = bench.shipped_pools()
     if not files:
-        raise TunaError("no pools given and none shipped in tuna/data/pools")
+        raise TunaError(f"no pools in {', '.join(paths)}" if paths
+                        else "no pools given and none shipped in tuna/data/pools")
     return [bench.load_pool(f) for f in files]
 
 
@@ -165,6 +172,11 @@ def _bench_rank(args: argparse.Namespace) -> int:
 
     _quiet_tvm()
     pools = _load_pools(args.pools)
+    skip = {f.strip() for f in (args.skip_family or "").split(",") if f.strip()}
+    pools = [p for p in pools if p.family not in skip]
+    if not pools:
+        raise TunaError(f"no pool left once the families {', '.join(sorted(skip))} are skipped")
+    measured_on = bench.check_one_machine(pools, args.mix_machines)
     mach = machines.resolve(args.target, args.machine)
     tiers = _tiers(args.tiers)
     png = args.png or (str(Path(args.json).with_suffix(".png")) if args.json else "bench-rank.png")
@@ -172,11 +184,14 @@ def _bench_rank(args: argparse.Namespace) -> int:
         if path:
             _check_output(path)
     start = time.perf_counter()
-    print(f"== tuna bench rank: {len(pools)} pools for {mach.name}, tiers {', '.join(tiers)}", file=sys.stderr)
+    print(f"== tuna bench rank: {len(pools)} pools measured on {measured_on}, modelled as {mach.name}, "
+          f"tiers {', '.join(tiers)}", file=sys.stderr)
     results, data = bench.rank_pools(pools, mach, tiers, seed=args.seed, xgb=not args.no_xgb,
                                      progress=lambda line: print("   " + line, file=sys.stderr),
                                      feature_progress=_feature_progress)
     print(bench.rank_table(results))
+    print("\nPer operator family (tuna-<tier>-lofo: fitted without the family's pools):")
+    print(bench.family_table(results))
     print("\n".join(bench.rank_notes(mach, tiers, args.seed, time.perf_counter() - start)))
     data["meta"] = _meta(args, mach, time.perf_counter() - start, tiers=tiers, pools=[p.source for p in pools])
     if args.json:
@@ -226,6 +241,45 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+HERE_TARGET = "preset or TVM target JSON; must run here (default: the preset of this CPU, if tuna has one)"
+
+
+def _bench_tasks(args: argparse.Namespace) -> int:
+    from . import bench
+    from .integration import networks
+
+    _quiet_tvm()
+    tasks = networks.cpu_tasks(args.network)
+    width = max(len(t.task_name) for t in tasks)
+    print(f"{'task':<{width}}  {'family':<12}  weight")
+    for t in tasks:
+        family = bench.family_of(f"{args.network}/{t.task_name}", t.dispatched[0].script())
+        print(f"{t.task_name:<{width}}  {family:<12}  {int(t.weight)}")
+    print(f"{len(tasks)} tasks; measure one with `tuna bench collect {args.network}/TASK -o POOL.json`")
+    return 0
+
+
+def _here(target: str | None) -> str:
+    """The target of a command that measures on this machine: ``target`` if given (with a
+    warning when this CPU is another preset's), else the preset of this CPU."""
+    from . import bench
+
+    info = bench.machine_info()
+    host = bench.preset_of(info)
+    if target is None:
+        if host is None:
+            raise TunaError(f"tuna has no preset for this CPU ({bench.machine_key(info)}); "
+                            "name the target to compile for with --target")
+        return host
+    try:
+        named = machines.resolve(target).name
+    except TunaError:
+        named = None  # not a preset tuna knows: check_runnable says whether it runs here
+    if host and named and named != host:
+        _stderr(f"warning: this CPU is a {host}, not a {named}: timings measured here are {host} timings")
+    return target
+
+
 def _bench_collect(args: argparse.Namespace) -> int:
     from . import bench, integration
     from .integration import measure
@@ -233,13 +287,14 @@ def _bench_collect(args: argparse.Namespace) -> int:
     _quiet_tvm()
     out = _check_output(args.output)
     integration.load_workload(args.workload)  # an unknown workload fails before anything else
-    mach = measure.check_runnable(args.target, args.machine)
+    mach = measure.check_runnable(_here(args.target), args.machine)
     if args.trials < 1:
         raise TunaError(f"--trials must be at least 1, not {args.trials}")
     work = Path(args.work_dir) if args.work_dir else out.with_suffix(".work")
     _stderr(f"== tuna bench collect {args.workload} on this machine for {mach.name}, {args.trials} trials")
     pool = measure.collect_pool(args.workload, mach, work, args.trials, num_trials_per_iter=args.per_iter,
                                 seed=args.seed, progress=_stderr)
+    pool["machine"] = bench.machine_info()
     loaded = bench.load_pool(pool)  # what we write must read back
     out.write_text(json.dumps(pool))
     best = float(loaded.secs_a.min()) if len(loaded) else float("nan")
@@ -252,10 +307,10 @@ def _bench_launch(args: argparse.Namespace) -> int:
     from .integration import measure
 
     _quiet_tvm()
-    mach = measure.check_runnable(args.target, args.machine)
+    mach = measure.check_runnable(_here(args.target), args.machine)
     _stderr(f"== tuna bench launch: kernels with 1, 2, 4, 8 parallel loops on {mach.cores} threads, "
             f"timed in turn, {args.rounds} rounds")
-    per_region, times = measure.parallel_region_seconds(args.target, machine=args.machine, rounds=args.rounds)
+    per_region, times = measure.parallel_region_seconds(mach, rounds=args.rounds)
     print("  parallel loops  " + "  ".join(f"{n:>8}" for n in (1, 2, 4, 8)))
     print("  us per run      " + "  ".join(f"{t * 1e6:8.2f}" for t in times))
     print(f"one parallel region costs {per_region * 1e6:.2f} us here (the slope); a target file records it as")
@@ -272,7 +327,7 @@ def _bench_tune(args: argparse.Namespace) -> int:
         _check_output(args.json)
     for w in args.workloads:
         integration.load_workload(w)
-    mach = measure.check_runnable(args.target, args.machine)
+    mach = measure.check_runnable(_here(args.target), args.machine)
     searches = tuple(s.strip() for s in args.search.split(",") if s.strip())
     unknown = set(searches) - {"evolutionary", "es"}
     if unknown or not searches:
@@ -323,7 +378,7 @@ def _bench_network(args: argparse.Namespace) -> int:
         networks.network(n)
     methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
     measure.check_methods(methods)
-    mach = measure.check_runnable(args.target, args.machine)
+    mach = measure.check_runnable(_here(args.target), args.machine)
     if args.trials_per_task < 1:
         raise TunaError(f"--trials-per-task must be at least 1, not {args.trials_per_task}")
     start = time.perf_counter()
@@ -393,6 +448,7 @@ def _calibrate(args: argparse.Namespace) -> int:
 
     _quiet_tvm()
     pools = _load_pools(args.pools)
+    bench.check_one_machine(pools, args.mix_machines)
     mach = machines.resolve(args.target, args.machine)
     tiers = _tiers(args.tiers)
     feats, _ = bench.pool_features(pools, mach, tiers, _feature_progress)
@@ -487,19 +543,28 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="benchmarks: ranking quality on measured pools")
     bench_sub = p.add_subparsers(dest="bench_command", required=True)
     p = bench_sub.add_parser("rank", help="rank measured pools with tuna and the baselines")
-    p.add_argument("pools", nargs="*", help="pool JSON files (default: the pools tuna ships)")
+    p.add_argument("pools", nargs="*", help="pool JSON files or folders of them (default: the pools tuna ships)")
     p.add_argument("--target", "-t", default="zen4", help="preset to model (default zen4, the pools' machine)")
+    p.add_argument("--mix-machines", action="store_true",
+                   help="allow pools measured on different machines in one run (refused by default)")
     p.add_argument("--machine", help="preset to model when the target has no data file")
     p.add_argument("--tiers", default="ir,full", help="tuna tiers to rank with (default ir,full)")
     p.add_argument("--no-xgb", action="store_true", help="leave out the XGBModel baseline")
     p.add_argument("--seed", type=int, default=0, help="seed of the train/test split")
     p.add_argument("--json", help="also write the results as JSON here")
     p.add_argument("--png", help="figure to write (default: beside --json, else bench-rank.png)")
+    p.add_argument("--skip-family", help="operator families to leave out of the run, comma-separated "
+                                         "(e.g. families set aside while developing)")
     p.set_defaults(func=_bench_rank)
 
+    p = bench_sub.add_parser("tasks", help="list a network's tuning tasks (what bench collect NETWORK/TASK takes)")
+    p.add_argument("network", help="a network of tuna bench network (resnet18, resnet50, mobilenetv2, bert)")
+    p.set_defaults(func=_bench_tasks)
+
     p = bench_sub.add_parser("collect", help="measure a pool on this machine: MetaSchedule tuning + re-timing")
-    p.add_argument("workload", help="built-in Ansor workload NAME:INDEX (e.g. GMM:1)")
-    p.add_argument("--target", "-t", default="zen4", help="preset or TVM target JSON; must run here (default zen4)")
+    p.add_argument("workload", help="built-in Ansor workload NAME:INDEX (e.g. GMM:1) or a network's task "
+                                    "NETWORK/TASK (e.g. resnet50/fused_conv2d_add_relu; `tuna bench tasks` lists them)")
+    p.add_argument("--target", "-t", help=HERE_TARGET)
     p.add_argument("--machine", help="preset to model when the target has no data file")
     p.add_argument("--trials", type=int, default=192, help="MetaSchedule trials (default 192, as the shipped pools)")
     p.add_argument("--per-iter", type=int, default=64, help="candidates per search round (default 64)")
@@ -509,14 +574,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_bench_collect)
 
     p = bench_sub.add_parser("launch", help="measure the cost of one TVM parallel region on this machine")
-    p.add_argument("--target", "-t", default="zen4", help="preset or TVM target JSON; must run here (default zen4)")
+    p.add_argument("--target", "-t", help=HERE_TARGET)
     p.add_argument("--machine", help="preset to model when the target has no data file")
     p.add_argument("--rounds", type=int, default=5, help="timing rounds, each kernel once a round (default 5)")
     p.set_defaults(func=_bench_launch)
 
     p = bench_sub.add_parser("tune", help="offline tuning with tuna vs MetaSchedule with measurement, timed here")
     p.add_argument("workloads", nargs="+", help="built-in workloads NAME:INDEX or TVMScript files")
-    p.add_argument("--target", "-t", default="zen4", help="preset or TVM target JSON; must run here (default zen4)")
+    p.add_argument("--target", "-t", help=HERE_TARGET)
     p.add_argument("--machine", help="preset to model when the target has no data file")
     p.add_argument("--trials", type=int, default=64, help="trials of each tuner (default 64)")
     p.add_argument("--per-iter", type=int, default=32, help="candidates per search round, both tuners (default 32)")
@@ -535,7 +600,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--models", default="resnet18,bert", help="comma-separated: resnet18, bert (default both)")
     p.add_argument("--methods", default="untuned,tuna,metaschedule,pytorch",
                    help="comma-separated subset of untuned,tuna,metaschedule,pytorch (default all)")
-    p.add_argument("--target", "-t", default="zen4", help="preset or TVM target JSON; must run here (default zen4)")
+    p.add_argument("--target", "-t", help=HERE_TARGET)
     p.add_argument("--machine", help="preset to model when the target has no data file")
     p.add_argument("--trials-per-task", type=int, default=8, help="trials per tuning task, both tuners (default 8)")
     p.add_argument("--seed", type=int, default=0)
@@ -554,8 +619,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_bench_report)
 
     p = sub.add_parser("calibrate", help="fit the linear model's coefficients to measured pools")
-    p.add_argument("pools", nargs="*", help="pool JSON files (default: the pools tuna ships)")
+    p.add_argument("pools", nargs="*", help="pool JSON files or folders of them (default: the pools tuna ships)")
     p.add_argument("--target", "-t", default="zen4", help="preset the pools were measured on (default zen4)")
+    p.add_argument("--mix-machines", action="store_true",
+                   help="allow pools measured on different machines in one run (refused by default)")
     p.add_argument("--machine", help="preset to model when the target has no data file")
     p.add_argument("--tiers", default="ir,full", help="tiers to fit (default ir,full)")
     p.add_argument("--output", "-o", required=True, help="coefficient file to write (tuna/data/coeffs/<preset>.toml)")

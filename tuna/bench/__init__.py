@@ -4,7 +4,8 @@ Laid out as the data flows (this file only re-exports their public names):
 
 - :mod:`.pools`: the measured pools (:class:`Pool`, :func:`load_pool`, :func:`write_pool`, :func:`shipped_pools`);
 - :mod:`.features`: tuna's features of their candidates, per tier;
-- :mod:`.calibration`: the linear model fitted to them (``tuna calibrate``, leave-one-pool-out fits);
+- :mod:`.calibration`: the linear model fitted to them (``tuna calibrate``,
+  leave-one-pool-out and leave-one-family-out fits);
 - :mod:`.metrics`: top-k ratio, a-peak, Kendall tau;
 - :mod:`.evaluation`: the split, the scorers and baselines, :func:`evaluate`, :func:`means`;
 - :mod:`.ranking`: ``tuna bench rank``, tuna's tiers beside the baselines;
@@ -16,7 +17,14 @@ Laid out as the data flows (this file only re-exports their public names):
 import it when called.
 """
 
-from .calibration import coefficient_file, fit_pools, fit_rows, unseen_coefficients
+from .calibration import (
+    check_one_machine,
+    coefficient_file,
+    family_coefficients,
+    fit_pools,
+    fit_rows,
+    unseen_coefficients,
+)
 from .evaluation import (
     TRAIN_SIZE,
     Result,
@@ -30,14 +38,16 @@ from .evaluation import (
     split,
     train_size,
 )
+from .families import FAMILIES, family_of
 from .features import pool_features
 from .metrics import METRICS, a_peak, all_metrics, kendall_tau, picks, top_k_ratio
 from .pools import Pool, PoolError, load_pool, shipped_pool, shipped_pools, write_pool
 from .ranking import predictions, rank_figure_title, rank_notes, rank_pools, tuna_scorers, xgb_scorer
-from .records import join_runs, machine_info, meta, now
+from .records import join_runs, machine_info, machine_key, meta, now, preset_of
 from .report import (
     TUNE_CAPTION,
     benchmarks_markdown,
+    family_table,
     network_table,
     rank_json,
     rank_markdown,
@@ -48,6 +58,7 @@ from .report import (
 )
 
 __all__ = [
+    "FAMILIES",
     "METRICS",
     "TRAIN_SIZE",
     "TUNE_CAPTION",
@@ -59,8 +70,12 @@ __all__ = [
     "all_metrics",
     "baselines",
     "benchmarks_markdown",
+    "check_one_machine",
     "coefficient_file",
     "evaluate",
+    "family_coefficients",
+    "family_of",
+    "family_table",
     "feature_scorer",
     "fit_pools",
     "fit_rows",
@@ -68,6 +83,7 @@ __all__ = [
     "kendall_tau",
     "load_pool",
     "machine_info",
+    "machine_key",
     "means",
     "meta",
     "network_table",
@@ -76,6 +92,7 @@ __all__ = [
     "picks",
     "pool_features",
     "predictions",
+    "preset_of",
     "random_scorer",
     "rank_figure_title",
     "rank_json",

@@ -1,6 +1,6 @@
 """Fitting the linear model's coefficients to measured pools: ``tuna calibrate``, and the
-leave-one-pool-out fits with which ``tuna bench rank`` judges tuna on pools it was not
-fitted on.
+held-out fits with which ``tuna bench rank`` judges tuna on pools it was not fitted on:
+leave one pool out, and leave one operator family out (every pool of the family at once).
 
 A fit's rows are the candidates' features (:mod:`.features`), its targets their measured
 ``secs_a`` in cycles of the machine's clock; :func:`tuna.linear.fit_tiers` fits them and
@@ -9,31 +9,57 @@ A fit's rows are the candidates' features (:mod:`.features`), its targets their 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 
 from .. import linear
+from ..errors import TunaError
 from ..machine import Machine
 from .features import Features
 from .pools import Pool
+from .records import machine_key
+
+
+def check_one_machine(pools: Sequence[Pool], mix: bool = False) -> str:
+    """The one machine the pools were measured on (:func:`.records.machine_key`).
+
+    Timings of two machines must not meet in one fit or one figure: a kernel's run time on
+    a Zen 4 says little of its run time on a Zen 5.
+
+    Raises
+    ------
+    TunaError
+        When the pools name more than one machine and ``mix`` is False; the message names
+        each machine's pools.
+    """
+    by_machine: dict[str, list[str]] = {}
+    for pool in pools:
+        by_machine.setdefault(machine_key(pool.machine), []).append(pool.name)
+    if len(by_machine) > 1 and not mix:
+        detail = "; ".join(f"{key}: {', '.join(names)}" for key, names in sorted(by_machine.items()))
+        raise TunaError(f"these pools were measured on {len(by_machine)} machines ({detail}); "
+                        "give one machine's pools, or --mix-machines to fit and rank them together")
+    return " + ".join(sorted(by_machine))
 
 
 def fit_rows(
     features: Mapping[str, Sequence[Mapping[str, float] | None]],
     pools: Sequence[Pool],
     machine: Machine,
-    leave_out: str | None = None,
+    leave_out: str | Collection[str] | None = None,
 ) -> tuple[list[Mapping[str, float]], list[float], list[str]]:
     """The ``(rows, lat, groups)`` of :func:`tuna.linear.fit` for one tier.
 
     ``features`` maps a pool name to its candidates' features; candidates that could not
-    be analysed, and the pool named ``leave_out``, are left out. ``lat`` is in cycles.
+    be analysed, and the pool (or pools) named in ``leave_out``, are left out. ``lat`` is
+    in cycles.
     """
     rows, lat, groups = [], [], []
     clock = machine.frequency_ghz * 1e9
+    left_out = {leave_out} if isinstance(leave_out, str) else set(leave_out or ())
     for pool in pools:
-        if pool.name == leave_out:
+        if pool.name in left_out:
             continue
         for f, secs in zip(features[pool.name], pool.secs_a):
             if f is not None:
@@ -44,25 +70,50 @@ def fit_rows(
 
 
 def fit_pools(
-    features: Features, pools: Sequence[Pool], machine: Machine, leave_out: str | None = None
+    features: Features, pools: Sequence[Pool], machine: Machine, leave_out: str | Collection[str] | None = None
 ) -> dict[str, dict[str, float]]:
-    """Each tier of ``features`` fitted on the pools (but ``leave_out``), in the order of ``features``."""
+    """Each tier of ``features`` fitted on the pools (but those named in ``leave_out``), in
+    the order of ``features``."""
     return linear.fit_tiers(machine, {t: fit_rows(features[t], pools, machine, leave_out) for t in features})
+
+
+def held_out_coefficients(
+    features: Features, pools: Sequence[Pool], machine: Machine, group: Callable[[Pool], str]
+) -> dict[str, dict[str, linear.Coefficients]]:
+    """Per pool name, each tier's coefficients fitted on the pools of the other groups.
+
+    ``group`` names a pool's group (its name: leave one pool out; its family: leave one
+    family out). Empty when the pools form fewer than two groups: nothing would be left to
+    fit on.
+    """
+    groups: dict[str, list[str]] = {}
+    for pool in pools:
+        groups.setdefault(group(pool), []).append(pool.name)
+    if len(groups) < 2:
+        return {}
+    fits = {
+        key: {
+            tier: linear.Coefficients(machine.name, tier, MappingProxyType(values))
+            for tier, values in fit_pools(features, pools, machine, members).items()
+        }
+        for key, members in groups.items()
+    }
+    return {pool.name: fits[group(pool)] for pool in pools}
 
 
 def unseen_coefficients(
     features: Features, pools: Sequence[Pool], machine: Machine
 ) -> dict[str, dict[str, linear.Coefficients]]:
     """Per pool name, each tier's coefficients fitted on the other pools (empty with fewer than two)."""
-    if len(pools) < 2:
-        return {}
-    return {
-        pool.name: {
-            tier: linear.Coefficients(machine.name, tier, MappingProxyType(values))
-            for tier, values in fit_pools(features, pools, machine, pool.name).items()
-        }
-        for pool in pools
-    }
+    return held_out_coefficients(features, pools, machine, lambda p: p.name)
+
+
+def family_coefficients(
+    features: Features, pools: Sequence[Pool], machine: Machine
+) -> dict[str, dict[str, linear.Coefficients]]:
+    """Per pool name, each tier's coefficients fitted on the pools of the other operator
+    families (:attr:`Pool.family`); empty when the pools are of fewer than two families."""
+    return held_out_coefficients(features, pools, machine, lambda p: p.family)
 
 
 def coefficient_file(tables: Mapping[str, Mapping[str, float]], machine: Machine, pools: Sequence[Pool]) -> str:

@@ -135,6 +135,8 @@ class Result:
         Split sizes, and the pool's candidates left out as failed.
     seed : int
         Seed of the split.
+    family : str
+        The pool's operator family.
     """
 
     pool: str
@@ -146,6 +148,7 @@ class Result:
     n_test: int
     failed: int = 0
     seed: int = 0
+    family: str = "other"
 
 
 def evaluate(
@@ -203,6 +206,7 @@ def evaluate(
                 n_test=len(test_idx),
                 failed=pool.failed,
                 seed=seed,
+                family=pool.family,
             )
             results.append(res)
             if progress is not None:
@@ -211,6 +215,18 @@ def evaluate(
                     f"({wall:.1f} s)"
                 )
     return results
+
+
+def family_means(results: Iterable[Result]) -> dict[str, dict[str, dict[str, float]]]:
+    """Per model and operator family, :func:`means` of that family's pools (families sorted)."""
+    by_family: dict[str, list[Result]] = {}
+    for r in results:
+        by_family.setdefault(r.family, []).append(r)
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for family in sorted(by_family):
+        for model, row in means(by_family[family]).items():
+            out.setdefault(model, {})[family] = row
+    return out
 
 
 def means(results: Iterable[Result]) -> dict[str, dict[str, float]]:

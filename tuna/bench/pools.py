@@ -5,7 +5,10 @@ tuner proposed on the pools' machine and two later timings of each (``secs_a``,
 ``secs_b``). Its JSON fields: ``workload`` ([name, index into te_workload.CONFIGS], or a
 plain name for a workload that is not an Ansor one), ``target`` (TVM target dict), ``mod``
 (TVMScript), ``candidates`` ([{``trace``, ``tuner_secs``, ``secs_a``, ``secs_b``}]), and
-optionally ``tune_seconds``, ``trials`` and ``second_timing`` (false for pools imported from
+optionally ``family`` (the operator family, :mod:`tuna.bench.families`; derived from the
+workload where absent), ``machine`` (the measuring CPU as lscpu named it: ``model_name``,
+``cpu_family``, ``cpu_model``, ``microcode``), ``tune_seconds``, ``trials`` and
+``second_timing`` (false for pools imported from
 a MetaSchedule database, whose candidates carry one measurement, ``secs_a``, the median of
 its repeats ``run_secs``, and no ``secs_b``). Other fields (``device``, ``source``) are
 kept in the file and ignored here. Everything downstream (features, calibration,
@@ -18,7 +21,7 @@ import json
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -26,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import TunaError
+from .families import family_of
 
 
 class PoolError(TunaError, ValueError):
@@ -64,6 +68,10 @@ class Pool:
     second_timing : bool
         Whether ``secs_b`` is an independent second timing; False for imported databases
         (``secs_b`` is then all ``inf`` and the noise ceiling has nothing to say).
+    family : str
+        The workload's operator family (:func:`tuna.bench.families.family_of`).
+    machine : Mapping
+        The CPU or device the pool was measured on, as recorded (empty if not recorded).
     """
 
     name: str
@@ -79,6 +87,8 @@ class Pool:
     trials: int | None = None
     failed: int = 0
     second_timing: bool = True
+    family: str = "other"
+    machine: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
     def __len__(self) -> int:
         return len(self.traces)
@@ -181,6 +191,12 @@ def load_pool(source: str | os.PathLike | Mapping[str, Any]) -> Pool:
         raise PoolError(f"pool {src}: none of its {len(cands)} candidates has a measured secs_a")
     tune_seconds = data.get("tune_seconds")
     trials = data.get("trials")
+    family = data.get("family") or family_of(workload[0], data["mod"])
+    if not isinstance(family, str):
+        raise PoolError(f"pool {src}: family must be a name, not {family!r}")
+    machine = data.get("machine") or {}
+    if not isinstance(machine, Mapping):
+        raise PoolError(f"pool {src}: machine must be an object (lscpu's fields), not {machine!r}")
     return Pool(
         name=workload[0] if workload[1] is None else f"{workload[0]}-{workload[1]}",
         source=src,
@@ -195,6 +211,8 @@ def load_pool(source: str | os.PathLike | Mapping[str, Any]) -> Pool:
         trials=int(trials) if isinstance(trials, int) else None,
         failed=failed,
         second_timing=second_timing,
+        family=family,
+        machine=MappingProxyType(dict(machine)),
     )
 
 

@@ -1,8 +1,11 @@
 """``tuna bench rank``: tuna's tiers ranking measured pools beside the baselines.
 
-For each tier two scorers: ``tuna-<tier>`` with the shipped coefficients, and
+For each tier three scorers: ``tuna-<tier>`` with the shipped coefficients,
 ``tuna-<tier>-unseen`` with coefficients fitted on the other pools of the run, never on the
-pool ranked (:func:`.calibration.unseen_coefficients`). Beside them the baselines of
+pool ranked (:func:`.calibration.unseen_coefficients`), and ``tuna-<tier>-lofo`` with
+coefficients fitted on the pools of the other operator families only
+(:func:`.calibration.family_coefficients`): the figure that says whether tuna holds on a
+kind of operator it never saw. Beside them the baselines of
 :mod:`.evaluation` and MetaSchedule's XGBModel (:func:`tuna.integration.xgb_scores`,
 imported when called, so that ``import tuna.bench`` stays free of TVM).
 :func:`rank_pools` returns the results and the record ``tuna bench rank --json`` writes:
@@ -19,7 +22,7 @@ import numpy as np
 
 from .. import linear
 from ..machine import Machine
-from .calibration import unseen_coefficients
+from .calibration import family_coefficients, unseen_coefficients
 from .evaluation import Result, Scorer, baselines, evaluate, feature_scorer
 from .features import Features, Progress, Seconds, pool_features
 from .pools import Pool
@@ -38,19 +41,22 @@ def xgb_scorer(seed: int = 0) -> Scorer:
 
 
 def tuna_scorers(features: Features, seconds: Seconds, pools: Sequence[Pool], machine: Machine) -> dict[str, Scorer]:
-    """Per tier of ``features``, ``tuna-<tier>`` and (with two pools or more) ``tuna-<tier>-unseen``."""
-    unseen = unseen_coefficients(features, pools, machine)
+    """Per tier of ``features``: ``tuna-<tier>``, with two pools or more ``tuna-<tier>-unseen``,
+    and with two operator families or more ``tuna-<tier>-lofo``."""
+    held = {"unseen": unseen_coefficients(features, pools, machine),
+            "lofo": family_coefficients(features, pools, machine)}
     scorers: dict[str, Scorer] = {}
     for tier in features:
         shipped = linear.coefficients(machine, tier)
         scorers[f"tuna-{tier}"] = feature_scorer(
             features[tier], seconds[tier], lambda name, f, c=shipped: linear.seconds(f, c, machine)
         )
-        if unseen:
-            held_out = {name: fits[tier] for name, fits in unseen.items()}
-            scorers[f"tuna-{tier}-unseen"] = feature_scorer(
-                features[tier], seconds[tier], lambda name, f, h=held_out: linear.seconds(f, h[name], machine)
-            )
+        for suffix, fits in held.items():
+            if fits:
+                per_pool = {name: fit[tier] for name, fit in fits.items()}
+                scorers[f"tuna-{tier}-{suffix}"] = feature_scorer(
+                    features[tier], seconds[tier], lambda name, f, h=per_pool: linear.seconds(f, h[name], machine)
+                )
     return scorers
 
 
@@ -121,6 +127,7 @@ def rank_notes(machine: Machine, tiers: Sequence[str], seed: int, seconds: float
     """What a reader of the rank table needs to know: coefficients, models, machine, split seed, time."""
     notes = [f"coefficients: {linear.coefficients(machine, t).source} ({t} tier)" for t in tiers]
     notes.append("tuna-<tier>-unseen: coefficients fitted on the other pools of this run, never on the pool ranked")
+    notes.append("tuna-<tier>-lofo: coefficients fitted only on pools of the other operator families of this run")
     notes.append(f"machine {machine.name}; split seed {seed}; {seconds:.0f} s in all")
     return notes
 

@@ -30,11 +30,73 @@ def machine_info() -> dict[str, Any]:
         # A bare "AMD EPYC" (as some VMs report) says nothing of the generation; family and model do.
         info["cpu_family"] = fields.get("CPU family", "").strip()
         info["cpu_model"] = fields.get("Model", "").strip()
+        info["stepping"] = fields.get("Stepping", "").strip()
+    info["microcode"] = _microcode()
     try:
         info["tvm"] = metadata.version("apache-tvm")
     except metadata.PackageNotFoundError:
         info["tvm"] = "?"
     return info
+
+
+def _microcode() -> str:
+    """The CPU's microcode revision as Linux reports it ("" where it does not)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("microcode"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+# lscpu's "CPU family" of AMD's generations that tuna has presets for, with the models of
+# each family that are that generation (AMD's family 19h holds Zen 3 and Zen 4; 1Ah Zen 5).
+# Sources: AMD's processor programming references name the families; the model ranges
+# (Zen 4: 10h-1Fh Genoa, 60h-7Fh Raphael/Phoenix, A0h-AFh Bergamo/Siena) follow Linux's
+# arch/x86 CPU matching tables.
+_AMD_PRESETS: tuple[tuple[int, tuple[range, ...], str], ...] = (
+    (25, (range(0x10, 0x20), range(0x60, 0x80), range(0xA0, 0xB0)), "zen4"),
+    (26, (range(0x00, 0x100),), "zen5"),
+)
+
+
+def preset_of(info: Mapping[str, Any]) -> str | None:
+    """The CPU preset (``"zen4"``, ``"zen5"``) that a machine record stands for, None if none.
+
+    ``info`` is :func:`machine_info`'s record (or a pool's ``machine``); an explicit
+    ``preset`` in it wins (pools measured before records named the CPU model say it so).
+    """
+    if info.get("preset"):
+        return str(info["preset"])
+    if "AMD" not in str(info.get("model_name", "")):
+        return None
+    try:
+        family = int(str(info.get("cpu_family", "")))
+    except ValueError:
+        return None
+    try:
+        model = int(str(info.get("cpu_model", "")))
+    except ValueError:
+        model = None
+    for fam, models, name in _AMD_PRESETS:
+        if family == fam and (model is None or any(model in r for r in models)):
+            return name
+    return None
+
+
+def machine_key(info: Mapping[str, Any]) -> str:
+    """A name for the machine a pool was measured on, to keep two machines' timings apart:
+    its preset where one fits, else the device or CPU as recorded, ``"unrecorded"`` if none."""
+    preset = preset_of(info)
+    if preset:
+        return preset
+    if info.get("device"):
+        return str(info["device"])
+    if info.get("model_name"):
+        return f"{info['model_name']} (family {info.get('cpu_family', '?')}, model {info.get('cpu_model', '?')})"
+    return "unrecorded"
 
 
 def now() -> str:

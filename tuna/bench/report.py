@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from .evaluation import Result, means
+from .evaluation import Result, family_means, means
 from .metrics import METRICS
 
 
@@ -74,6 +74,43 @@ def rank_table(results: list[Result]) -> str:
     return "\n".join(out)
 
 
+def family_table(results: list[Result]) -> str:
+    """Per operator family, every model's mean over the family's pools; then per model the
+    mean over families and its worst family (by top-10): what leaving a family out costs."""
+    per = family_means(results)
+    header = ("family", "model", "pools", *METRICS)
+    rows: list[tuple[str, ...]] = []
+    families = sorted({f for fams in per.values() for f in fams})
+    for family in families:
+        for model, fams in per.items():
+            if family in fams:
+                row = fams[family]
+                rows.append((family, model, str(row["pools"]), *(f"{row[m]:.3f}" for m in METRICS)))
+    summary: list[tuple[str, ...]] = []
+    for model, fams in per.items():
+        mean = {m: sum(r[m] for r in fams.values()) / len(fams) for m in METRICS}
+        summary.append(("mean of families", model, str(len(fams)), *(f"{mean[m]:.3f}" for m in METRICS)))
+        worst_name, worst = min(fams.items(), key=lambda kv: kv[1]["top-10"])
+        summary.append((f"worst: {worst_name}", model, str(worst["pools"]), *(f"{worst[m]:.3f}" for m in METRICS)))
+    widths = [max(len(x[i]) for x in (header, *rows, *summary)) for i in range(len(header))]
+
+    def line(cells) -> str:
+        left = [c.ljust(w) for c, w in zip(cells[:2], widths[:2])]
+        right = [c.rjust(w) for c, w in zip(cells[2:], widths[2:])]
+        return "  ".join(left + right).rstrip()
+
+    rule = "-" * len(line(header))
+    out = [line(header), rule]
+    prev = None
+    for row in rows:
+        if prev is not None and row[0] != prev:
+            out.append("")
+        out.append(line(row))
+        prev = row[0]
+    out += [rule, *(line(row) for row in summary)]
+    return "\n".join(out)
+
+
 def rank_json(results: list[Result]) -> dict[str, Any]:
     """The results as plain data, ready for ``json.dump`` (NaN becomes None)."""
 
@@ -85,6 +122,7 @@ def rank_json(results: list[Result]) -> dict[str, Any]:
         "results": [
             {
                 "pool": r.pool,
+                "family": r.family,
                 "model": r.model,
                 **{m: num(r.metrics[m]) for m in METRICS},
                 "seconds_per_candidate": num(r.seconds_per_candidate),
@@ -99,6 +137,13 @@ def rank_json(results: list[Result]) -> dict[str, Any]:
         "mean": {
             model: {k: (num(v) if isinstance(v, float) else v) for k, v in row.items()}
             for model, row in means(results).items()
+        },
+        "family_mean": {
+            model: {
+                family: {k: (num(v) if isinstance(v, float) else v) for k, v in row.items()}
+                for family, row in fams.items()
+            }
+            for model, fams in family_means(results).items()
         },
     }
 

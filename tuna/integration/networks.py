@@ -1,10 +1,11 @@
-"""Whole networks for ``tuna bench network``: ResNet-18 and one BERT-base encoder layer, batch 1.
+"""Whole networks for ``tuna bench network``: ResNet-18, ResNet-50, MobileNetV2 and one
+BERT-base encoder layer, batch 1.
 
 Each network is written once, against a small set of tensor operations (:class:`RelaxOps`
 builds a TVM Relax module; :class:`TorchOps` runs PyTorch eagerly with the same weights),
 so both frameworks compute the same graph. Weights are random (seeded), nothing is
 downloaded. Batch normalisation is folded into each convolution's bias, as inference
-compilers do, so ResNet-18 is conv + bias (+ ReLU) throughout.
+compilers do, so the convolutional networks are conv + bias (+ ReLU or ReLU6) throughout.
 """
 
 from __future__ import annotations
@@ -42,12 +43,15 @@ class RelaxOps:
     def _emit(self, expr: relax.Expr) -> relax.Var:
         return self.bb.emit(expr)
 
-    def conv(self, x, w: np.ndarray, b: np.ndarray, stride: int, padding: int):
-        y = self._emit(relax.op.nn.conv2d(x, relax.const(w), strides=stride, padding=padding))
+    def conv(self, x, w: np.ndarray, b: np.ndarray, stride: int, padding: int, groups: int = 1):
+        y = self._emit(relax.op.nn.conv2d(x, relax.const(w), strides=stride, padding=padding, groups=groups))
         return self._emit(relax.op.add(y, relax.const(b.reshape(1, -1, 1, 1))))
 
     def relu(self, x):
         return self._emit(relax.op.nn.relu(x))
+
+    def relu6(self, x):
+        return self._emit(relax.op.clip(x, 0.0, 6.0))
 
     def add(self, x, y):
         return self._emit(relax.op.add(x, y))
@@ -99,11 +103,14 @@ class TorchOps:
     def _t(self, a: np.ndarray):
         return self.torch.from_numpy(np.ascontiguousarray(a))
 
-    def conv(self, x, w, b, stride, padding):
-        return self.f.conv2d(x, self._t(w), self._t(b), stride=stride, padding=padding)
+    def conv(self, x, w, b, stride, padding, groups=1):
+        return self.f.conv2d(x, self._t(w), self._t(b), stride=stride, padding=padding, groups=groups)
 
     def relu(self, x):
         return self.f.relu(x)
+
+    def relu6(self, x):
+        return self.f.relu6(x)
 
     def add(self, x, y):
         return x + y
@@ -168,6 +175,56 @@ def _resnet18(ops: Any, x: Any, weights: _Weights, classes: int = 1000) -> Any:
     return ops.dense(y, weights(512, classes, fan_in=512), weights(classes))
 
 
+def _resnet50(ops: Any, x: Any, weights: _Weights, classes: int = 1000) -> Any:
+    """ResNet-50 (He et al., 2016; bottleneck blocks, stride on the 3x3 convolution as in
+    torchvision's v1.5) for 224x224 images, batch norm folded into the convolutions."""
+
+    def conv(x, cin, cout, k, stride, padding):
+        return ops.conv(x, weights(cout, cin, k, k, fan_in=cin * k * k), weights(cout), stride, padding)
+
+    y = ops.relu(conv(x, 3, 64, 7, 2, 3))
+    y = ops.max_pool(y, 3, 2, 1)
+    cin = 64
+    for stage, (width, blocks) in enumerate(((64, 3), (128, 4), (256, 6), (512, 3))):
+        cout = 4 * width
+        for block in range(blocks):
+            stride = 2 if stage > 0 and block == 0 else 1
+            shortcut = conv(y, cin, cout, 1, stride, 0) if block == 0 else y
+            z = ops.relu(conv(y, cin, width, 1, 1, 0))
+            z = ops.relu(conv(z, width, width, 3, stride, 1))
+            z = conv(z, width, cout, 1, 1, 0)
+            y = ops.relu(ops.add(z, shortcut))
+            cin = cout
+    y = ops.flatten(ops.global_avg_pool(y), 2048)
+    return ops.dense(y, weights(2048, classes, fan_in=2048), weights(classes))
+
+
+def _mobilenet_v2(ops: Any, x: Any, weights: _Weights, classes: int = 1000) -> Any:
+    """MobileNetV2 (Sandler et al., 2018), width 1.0, for 224x224 images: inverted residual
+    blocks of 1x1 expansion, 3x3 depthwise and 1x1 projection, ReLU6, batch norm folded."""
+
+    def conv(x, cin, cout, k, stride, groups=1):
+        w = weights(cout, cin // groups, k, k, fan_in=cin // groups * k * k)
+        return ops.conv(x, w, weights(cout), stride, k // 2, groups)
+
+    y = ops.relu6(conv(x, 3, 32, 3, 2))
+    cin = 32
+    # (expansion t, output channels c, repeats n, first stride s): Table 2 of the paper.
+    for t, c, n, s in ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
+                       (6, 160, 3, 2), (6, 320, 1, 1)):
+        for i in range(n):
+            stride = s if i == 0 else 1
+            hidden = cin * t
+            z = ops.relu6(conv(y, cin, hidden, 1, 1)) if t != 1 else y
+            z = ops.relu6(conv(z, hidden, hidden, 3, stride, groups=hidden))
+            z = conv(z, hidden, c, 1, 1)
+            y = ops.add(z, y) if stride == 1 and cin == c else z
+            cin = c
+    y = ops.relu6(conv(y, cin, 1280, 1, 1))
+    y = ops.flatten(ops.global_avg_pool(y), 1280)
+    return ops.dense(y, weights(1280, classes, fan_in=1280), weights(classes))
+
+
 def _bert_layer(ops: Any, x: Any, weights: _Weights, seq: int = 128, hidden: int = 768, heads: int = 12,
                 ffn: int = 3072) -> Any:
     """One BERT-base encoder layer (Devlin et al., 2019): self-attention and feed-forward, post-norm."""
@@ -217,6 +274,9 @@ NETWORKS: dict[str, Network] = {
     n.name: n
     for n in (
         Network("resnet18", "ResNet-18, batch 1, 3x224x224, random weights", (1, 3, 224, 224), _resnet18),
+        Network("resnet50", "ResNet-50, batch 1, 3x224x224, random weights", (1, 3, 224, 224), _resnet50),
+        Network("mobilenetv2", "MobileNetV2, batch 1, 3x224x224, random weights", (1, 3, 224, 224),
+                _mobilenet_v2),
         Network("bert", "BERT-base encoder layer, batch 1, 128 tokens, random weights", (1, 128, 768), _bert_layer),
     )
 }
@@ -240,6 +300,65 @@ def relax_module(name: str, seed: int = 0) -> tvm.IRModule:
             out = bb.emit_output(net.body(RelaxOps(bb), x, _Weights(seed)))
         bb.emit_func_output(out)
     return bb.get()
+
+
+def fused(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
+    """Legalise and fuse as ``compile_relax`` does, so that the extracted tasks match its keys."""
+    from tvm.relax import pipeline
+
+    passes = [
+        *pipeline.library_dispatch_passes(target),
+        relax.transform.LegalizeOps(),
+        relax.transform.AnnotateTIROpPattern(),
+        relax.transform.FoldConstant(),
+        relax.transform.FuseOps(),
+        relax.transform.FuseTIR(),
+    ]
+    with target:
+        return tvm.transform.Sequential(passes)(mod)
+
+
+def extract_tasks(mod: tvm.IRModule, target: tvm.target.Target) -> list[Any]:
+    """MetaSchedule's tuning tasks of a Relax module for ``target``, sorted by task name."""
+    from tvm.s_tir import meta_schedule as ms
+
+    tasks = ms.relax_integration.extract_tasks(fused(mod, target), target)
+    return sorted(tasks, key=lambda t: t.task_name)
+
+
+def network_tasks(name: str, target: Any, machine: str | None = None) -> list[Any]:
+    """MetaSchedule's tuning tasks of network ``name`` for ``target``, sorted by task name."""
+    from .workloads import as_machine, tvm_target
+
+    return extract_tasks(relax_module(name), tvm_target(as_machine(target, machine)))
+
+
+def cpu_tasks(name: str) -> list[Any]:
+    """The tuning tasks of network ``name`` as every CPU target sees them.
+
+    Extracted for a plain ``llvm`` target: Relax legalises operators to the same TIR for
+    every CPU, and the schedule, not the task, carries what is machine-specific.
+    """
+    return extract_tasks(relax_module(name), tvm.target.Target("llvm"))
+
+
+def task_module(name: str, task: str) -> tvm.IRModule:
+    """The TIR of one tuning task of a network (``task`` as :func:`cpu_tasks` names it).
+
+    Raises
+    ------
+    WorkloadError
+        For an unknown network or task; the message lists the network's tasks.
+    """
+    from ..errors import WorkloadError
+
+    if name not in NETWORKS:
+        raise WorkloadError(f"unknown network {name!r}; known networks: {', '.join(NETWORKS)}")
+    tasks = cpu_tasks(name)
+    for t in tasks:
+        if t.task_name == task:
+            return t.dispatched[0]
+    raise WorkloadError(f"network {name} has no task {task!r}; its tasks: {', '.join(t.task_name for t in tasks)}")
 
 
 def example_input(name: str, seed: int = 1) -> np.ndarray:

@@ -44,15 +44,23 @@ def parse_tvmscript(text: str, what: str) -> tvm.IRModule:
 
 
 def load_workload(spec: str | os.PathLike) -> tvm.IRModule:
-    """An IRModule from a built-in workload (``"GMM:1"``) or a TVMScript file.
+    """An IRModule from a built-in workload (``"GMM:1"``), a network's tuning task
+    (``"resnet50/fused_conv2d_add_relu"``, see :func:`tuna.integration.networks.network_tasks`)
+    or a TVMScript file.
 
     Raises
     ------
     WorkloadError
-        For an unknown workload or index, or a file that does not parse.
+        For an unknown workload, index, network or task, or a file that does not parse.
     """
     text = str(spec)
     path = Path(text)
+    network, slash, task = text.partition("/")
+    if slash and not path.exists() and path.suffix not in (".py", ".tvmscript", ".tir"):
+        from .networks import NETWORKS, task_module
+
+        if network in NETWORKS:
+            return task_module(network, task)
     if path.suffix in (".py", ".tvmscript", ".tir") or path.exists():
         if not path.exists():
             raise WorkloadError(f"workload file {text} does not exist")

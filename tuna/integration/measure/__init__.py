@@ -7,6 +7,7 @@
 - :mod:`.scorers`: the scorers of :func:`tuna.bench.evaluate` (XGBModel, tuna's features).
 """
 
+from ..networks import network_tasks
 from .measured_tuning import (
     BUILD_TIMEOUT,
     Measured,
@@ -35,7 +36,7 @@ from .timing import (
     time_schedule,
     unrunnable_reason,
 )
-from .whole_networks import NETWORK_METHODS, NetworkRow, check_methods, network_bench, network_tasks
+from .whole_networks import NETWORK_METHODS, NetworkRow, check_methods, network_bench
 
 __all__ = [
     "BUILD_TIMEOUT",

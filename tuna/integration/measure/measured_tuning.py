@@ -155,23 +155,33 @@ def collect_pool(
 ) -> dict[str, Any]:
     """Tune ``workload`` with real measurement and re-time every candidate twice: a pool.
 
-    The result has the fields of ``tuna/data/pools/*.json`` (``workload``, ``target``,
-    ``tune_seconds``, ``trials``, ``mod``, ``candidates`` with ``trace``, ``tuner_secs``,
-    ``secs_a``, ``secs_b``); the two timings are two separate passes over all candidates,
-    each the median of :data:`REPEAT` repeats of at least :data:`MIN_REPEAT_MS` ms.
+    The result has the fields of ``tuna/data/pools/*.json`` (``workload``, ``family``,
+    ``target``, ``tune_seconds``, ``trials``, ``mod``, ``candidates`` with ``trace``,
+    ``tuner_secs``, ``secs_a``, ``secs_b``); the two timings are two separate passes over
+    all candidates, each the median of :data:`REPEAT` repeats of at least
+    :data:`MIN_REPEAT_MS` ms. The caller adds the record of the machine it ran on.
+
+    Parameters
+    ----------
+    workload : str
+        A built-in Ansor workload ``NAME:INDEX`` or a network's task ``NETWORK/TASK``.
 
     Raises
     ------
     WorkloadError
-        For a workload that is not a built-in ``NAME:INDEX``.
+        For a workload that is neither (a TVMScript file has no name to give the pool).
     MeasureError
         When the target cannot run here.
     """
+    from ...bench.families import family_of
+
     mod = load_workload(workload)  # unknown names, bad indices, unparsable files fail here
     name, _, index = str(workload).replace("-", ":").partition(":")
-    if name.upper() not in workload_names():
-        # A pool names its workload by the Ansor suite; a TVMScript file has no such name.
-        raise WorkloadError(f"pools are collected for built-in workloads NAME:INDEX only, not {workload!r}")
+    network_task = "/" in str(workload) and not Path(str(workload)).exists()
+    if not network_task and name.upper() not in workload_names():
+        raise WorkloadError(
+            f"pools are collected for built-in workloads NAME:INDEX or network tasks NETWORK/TASK, not {workload!r}"
+        )
     mach = check_runnable(target, machine)
     report(progress, f"tuning {workload} with MetaSchedule (XGBModel, real measurement), {trials} trials")
     run = tune_measured(mod, mach, work_dir, trials, num_trials_per_iter=num_trials_per_iter, seed=seed,
@@ -202,9 +212,10 @@ def collect_pool(
             if (i + 1) % 16 == 0 or i + 1 == len(timers):
                 report(progress, f"  {label}: {i + 1}/{len(timers)} timed")
         secs[label] = values
-    idx = int(index or 0)
+    label: str | list[Any] = str(workload) if network_task else [name.upper(), int(index or 0)]
     return {
-        "workload": [name.upper(), idx],
+        "workload": label,
+        "family": family_of(str(workload) if network_task else name.upper(), mod.script()),
         "target": plain_json(dict(mach.target)),
         "tune_seconds": run.tune_seconds,
         "trials": trials,

@@ -24,33 +24,11 @@ from .. import networks
 from ..builder import StaticBuilder
 from ..cost_model import TunaCostModel
 from ..runner import StaticRunner
-from ..workloads import as_machine, tvm_target
+from ..workloads import tvm_target
 from .measured_tuning import BUILD_TIMEOUT, Measured, Recorder, measuring_builder_runner, quiet_metaschedule
 from .timing import MIN_REPEAT_MS, REPEAT, Progress, check_runnable, device_of, report
 
 logger = logging.getLogger("tuna")
-
-def _fused(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
-    """Legalise and fuse as ``compile_relax`` does, so that the extracted tasks match its keys."""
-    from tvm.relax import pipeline
-
-    passes = [
-        *pipeline.library_dispatch_passes(target),
-        relax.transform.LegalizeOps(),
-        relax.transform.AnnotateTIROpPattern(),
-        relax.transform.FoldConstant(),
-        relax.transform.FuseOps(),
-        relax.transform.FuseTIR(),
-    ]
-    with target:
-        return tvm.transform.Sequential(passes)(mod)
-
-
-def network_tasks(name: str, target: Any, machine: str | None = None) -> list[Any]:
-    """MetaSchedule's tuning tasks of a network (:mod:`tuna.integration.networks`) for ``target``."""
-    tgt = tvm_target(as_machine(target, machine))
-    return ms.relax_integration.extract_tasks(_fused(networks.relax_module(name), tgt), tgt)
-
 
 def _time_vm(executable: Any, name: str, dev: tvm.runtime.Device, repeat: int) -> float:
     vm = relax.VirtualMachine(executable, dev)
@@ -134,7 +112,7 @@ def network_bench(
             rows.append(NetworkRow(name, method, 0.0, _time_vm(ex, name, dev, repeat)))
         elif method in ("tuna", "metaschedule"):
             if tasks is None:
-                tasks = ms.relax_integration.extract_tasks(_fused(mod, tgt), tgt)
+                tasks = networks.extract_tasks(mod, tgt)
             n = len(tasks)
             report(progress, f"{name}: tuning {n} tasks with {method}, {trials_per_task} trials each")
             if method == "tuna":

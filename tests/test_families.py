@@ -1,0 +1,180 @@
+"""Operator families, the machine a pool was measured on, and leave-one-family-out fits."""
+
+import json
+import re
+
+import pytest
+
+from tuna import bench
+from tuna.errors import TunaError
+from tuna.machine import preset
+
+
+def _pool(name, family=None, machine=None, n=6, scale=1.0):
+    cands = [{"trace": [[], []], "tuner_secs": None, "secs_a": scale * 1e-3 * (i + 1),
+              "secs_b": scale * 1e-3 * (i + 1.05)} for i in range(n)]
+    data = {"workload": name, "target": {"kind": "llvm"}, "mod": "# TVMScript", "candidates": cands}
+    if family:
+        data["family"] = family
+    if machine:
+        data["machine"] = machine
+    return bench.load_pool(data)
+
+
+DENSE = '''
+@T.prim_func
+def main(lv: T.Buffer((T.int64(1), T.int64(128), T.int64(768)), "float32"),
+         param_0: T.Buffer((T.int64(768), T.int64(768)), "float32"),
+         T_add: T.Buffer((T.int64(1), T.int64(128), T.int64(768)), "float32")):
+    with T.sblock("matmul"):
+        pass
+'''
+BATCH = DENSE.replace("param_0: T.Buffer((T.int64(768), T.int64(768))",
+                      "lv2: T.Buffer((T.int64(1), T.int64(768), T.int64(768))")
+DEPTHWISE = '''
+def main(lv: T.Buffer((T.int64(1), T.int64(96), T.int64(112), T.int64(112)), "float32"),
+         param_0: T.Buffer((T.int64(96), T.int64(1), T.int64(3), T.int64(3)), "float32")):
+    with T.sblock("pad_temp"):
+        pass
+    with T.sblock("group_conv2d_nchw"):
+        pass
+'''
+
+
+@pytest.mark.parametrize(("workload", "script", "family"), [
+    ("GMM", "", "batch_matmul"),
+    ("c2d", "", "conv2d"),
+    ("DEP", "", "depthwise"),
+    ("bert/fused_matmul_add", DENSE, "dense"),
+    ("bert/matmul2", BATCH, "batch_matmul"),
+    ("mobilenetv2/fused_conv2d1", DEPTHWISE, "depthwise"),
+    ("x/grouped", DEPTHWISE.replace("T.int64(96), T.int64(1)", "T.int64(96), T.int64(4)"), "group_conv2d"),
+    ("x/pool", 'T.sblock("pad_temp") T.sblock("pool_max")', "pool"),
+    ("x/softmax", 'T.sblock("T_softmax_maxelem")', "softmax"),
+    ("x/ln", 'T.sblock("T_layer_norm")', "layernorm"),
+    ("x/reshape", 'T.sblock("root") T.sblock("T_reshape")', "layout"),
+    ("x/unknown", 'T.sblock("compute")', "other"),
+])
+def test_family_of_reads_the_name_and_the_blocks(workload, script, family):
+    assert bench.family_of(workload, script) == family
+    assert family in bench.FAMILIES
+
+
+def test_every_task_of_the_networks_has_a_family():
+    from tuna.integration import networks
+
+    families = {}
+    for net in networks.NETWORKS:
+        for task in networks.cpu_tasks(net):
+            families[f"{net}/{task.task_name}"] = bench.family_of(f"{net}/{task.task_name}",
+                                                                  task.dispatched[0].script())
+    assert "other" not in families.values()
+    assert families["mobilenetv2/fused_conv2d1_add_tir_clip"] == "depthwise"
+    assert families["bert/fused_matmul3_add2_gelu"] == "dense"
+    assert families["bert/matmul2"] == "batch_matmul"
+    assert families["resnet50/max_pool2d"] == "pool"
+
+
+def test_pools_carry_their_family_and_machine():
+    pool = _pool("resnet50/x", family="conv2d", machine={"model_name": "AMD EPYC", "cpu_family": "26"})
+    assert pool.family == "conv2d" and pool.name == "resnet50/x"
+    assert bench.machine_key(pool.machine) == "zen5"
+    ansor = {"workload": ["SFM", 1], "target": {"kind": "llvm"}, "mod": "#",
+             "candidates": [{"trace": [], "secs_a": 1.0}]}
+    assert bench.load_pool(ansor).family == "softmax"
+    with pytest.raises(bench.PoolError, match="machine must be an object"):
+        bench.load_pool({"workload": "w", "target": {"kind": "llvm"}, "mod": "#", "machine": "zen4",
+                         "candidates": [{"trace": [], "secs_a": 1.0}]})
+    shipped = [bench.load_pool(p) for p in bench.shipped_pools()]
+    assert {bench.machine_key(p.machine) for p in shipped} == {"zen4"}
+
+
+@pytest.mark.parametrize(("info", "preset_name", "key"), [
+    ({"model_name": "AMD EPYC", "cpu_family": "25", "cpu_model": "17"}, "zen4", "zen4"),
+    ({"model_name": "AMD EPYC 9654", "cpu_family": "25", "cpu_model": "1"}, None,  # Zen 3 (Milan)
+     "AMD EPYC 9654 (family 25, model 1)"),
+    ({"model_name": "AMD EPYC", "cpu_family": "26", "cpu_model": "2"}, "zen5", "zen5"),
+    ({"model_name": "Intel Xeon", "cpu_family": "6"}, None, "Intel Xeon (family 6, model ?)"),
+    ({"preset": "zen4"}, "zen4", "zen4"),
+    ({"device": "NVIDIA A100"}, None, "NVIDIA A100"),
+    ({}, None, "unrecorded"),
+])
+def test_preset_of_a_machine_record(info, preset_name, key):
+    assert bench.preset_of(info) == preset_name
+    assert bench.machine_key(info) == key
+
+
+def test_this_machine_is_recorded_with_its_microcode():
+    info = bench.machine_info()
+    assert {"model_name", "cores", "microcode"} <= set(info)
+
+
+def test_pools_of_two_machines_are_not_mixed_unless_asked():
+    zen4 = _pool("a", machine={"preset": "zen4"})
+    zen5 = _pool("b", machine={"preset": "zen5"})
+    assert bench.check_one_machine([zen4, _pool("c", machine={"preset": "zen4"})]) == "zen4"
+    with pytest.raises(TunaError, match=r"2 machines \(zen4: a; zen5: b\).*--mix-machines"):
+        bench.check_one_machine([zen4, zen5])
+    assert bench.check_one_machine([zen4, zen5], mix=True) == "zen4 + zen5"
+
+
+def test_leave_one_family_out_fits_never_see_the_family():
+    zen4 = preset("zen4")
+    # Two conv pools whose time is 1000 cycles per compute cycle, one softmax pool at 10.
+    pools = [_pool("c1", "conv2d", n=20), _pool("c2", "conv2d", n=20), _pool("s1", "softmax", n=20, scale=0.01)]
+    feats = {"ir": {p.name: [{"compute_cycles": float(s) * zen4.frequency_ghz * 1e9 / (1000 if p.family == "conv2d"
+                                                                                         else 10)}
+                             for s in p.secs_a] for p in pools}}
+    lofo = bench.family_coefficients(feats, pools, zen4)
+    loo = bench.unseen_coefficients(feats, pools, zen4)
+    # Left without its family, conv2d is fitted on softmax alone (10), and softmax on conv (1000).
+    assert lofo["c1"]["ir"].values["compute_cycles"] == pytest.approx(10, rel=1e-3)
+    assert lofo["c1"]["ir"] is lofo["c2"]["ir"]  # one fit per family
+    assert lofo["s1"]["ir"].values["compute_cycles"] == pytest.approx(1000, rel=1e-3)
+    # Leaving one pool out keeps its family's other pool in the fit.
+    assert loo["c1"]["ir"].values["compute_cycles"] > lofo["c1"]["ir"].values["compute_cycles"] * 1.001
+    assert bench.family_coefficients(feats, pools[:2], zen4) == {}
+
+
+def test_family_table_names_each_family_and_the_worst():
+    pools = [_pool("c1", "conv2d", n=30), _pool("s1", "softmax", n=30)]
+    results = bench.evaluate(pools, bench.baselines())
+    table = bench.family_table(results)
+    assert re.search(r"^conv2d +random +1 ", table, re.M)
+    assert re.search(r"^softmax +noise-ceiling +1 +1\.000", table, re.M)
+    assert re.search(r"^mean of families +noise-ceiling +2 +1\.000", table, re.M)
+    assert re.search(r"^worst: \w+ +random", table, re.M)
+    data = bench.rank_json(results)
+    assert set(data["family_mean"]["random"]) == {"conv2d", "softmax"}
+    assert {r["family"] for r in data["results"]} == {"conv2d", "softmax"}
+
+
+def test_network_tasks_are_workloads_and_listed(capsys):
+    from tuna import cli
+    from tuna.errors import WorkloadError
+    from tuna.integration import load_workload
+
+    assert "T_softmax_norm" in load_workload("bert/softmax").script()
+    with pytest.raises(WorkloadError, match=r"network bert has no task 'nope'; its tasks: .*softmax"):
+        load_workload("bert/nope")
+    with pytest.raises(WorkloadError, match="unknown workload 'vgg/conv'"):
+        load_workload("vgg/conv")
+    assert cli.main(["bench", "tasks", "bert"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^layer_norm +layernorm +2$", out, re.M) and "11 tasks" in out
+    assert cli.main(["bench", "tasks", "vgg"]) == 2
+    assert "unknown network 'vgg'" in capsys.readouterr().err
+
+
+def test_bench_rank_skips_families_and_refuses_mixed_machines(tmp_path, capsys):
+    from tuna import cli
+
+    shipped = bench.shipped_pools()
+    assert cli.main(["bench", "rank", *map(str, shipped), "--skip-family",
+                     ",".join(sorted({bench.load_pool(p).family for p in shipped}))]) == 2
+    assert "no pool left once the families" in capsys.readouterr().err
+    other = tmp_path / "zen5-pool.json"
+    data = json.loads(shipped[0].read_text())
+    other.write_text(json.dumps({**data, "machine": {"preset": "zen5"}}))
+    assert cli.main(["bench", "rank", str(shipped[0]), str(other), "--no-xgb"]) == 2
+    assert "2 machines" in capsys.readouterr().err
