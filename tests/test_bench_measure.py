@@ -109,14 +109,15 @@ def test_collect_writes_a_pool_that_loads_and_ranks(tmp_path, capsys):
     out = tmp_path / "NRM-0.json"
     assert cli.main(["bench", "collect", "NRM:0", "--trials", "4", "--per-iter", "4", "-o", str(out)]) == 0
     data = json.loads(out.read_text())
-    assert set(data) == {"workload", "target", "tune_seconds", "trials", "mod", "candidates"}
+    assert set(data) == {"workload", "family", "target", "machine", "tune_seconds", "trials", "mod", "candidates"}
+    assert data["family"] == "norm" and data["machine"]["microcode"] is not None
     assert data["workload"] == ["NRM", 0] and data["trials"] == 4
     assert all(set(c) == {"trace", "tuner_secs", "secs_a", "secs_b"} for c in data["candidates"])
     pool = bench.load_pool(out)
     assert len(pool) >= 1 and np.all(pool.secs_a > 0)
     # the same format as the shipped pools: a shipped pool's keys, and `bench rank` takes it
     shipped = json.loads(bench.shipped_pools()[0].read_text())
-    assert set(shipped) == set(data) and set(shipped["candidates"][0]) == set(data["candidates"][0])
+    assert set(shipped) | {"family"} == set(data) and set(shipped["candidates"][0]) == set(data["candidates"][0])
     results = bench.evaluate([pool], bench.baselines(), n_train=0)
     assert {r.model for r in results} == {"random", "noise-ceiling"}
     err = capsys.readouterr().err

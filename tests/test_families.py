@@ -178,3 +178,15 @@ def test_bench_rank_skips_families_and_refuses_mixed_machines(tmp_path, capsys):
     other.write_text(json.dumps({**data, "machine": {"preset": "zen5"}}))
     assert cli.main(["bench", "rank", str(shipped[0]), str(other), "--no-xgb"]) == 2
     assert "2 machines" in capsys.readouterr().err
+
+
+def test_gzipped_pools_read_and_write(tmp_path):
+    data = json.loads(bench.shipped_pools()[0].read_text())
+    plain = bench.load_pool(bench.shipped_pools()[0])
+    path = tmp_path / "copy.json.gz"
+    again = bench.write_pool(path, data)
+    assert path.read_bytes()[:2] == b"\x1f\x8b" and len(again) == len(plain)
+    assert bench.pool_stem(path) == "copy" and bench.pool_files(tmp_path) == [path]
+    (tmp_path / "bad.json.gz").write_bytes(b"not gzip")
+    with pytest.raises(bench.PoolError, match="bad.json.gz"):
+        bench.load_pool(tmp_path / "bad.json.gz")

@@ -140,8 +140,7 @@ def _load_pools(paths: list[str]):
 
     files: list[Path] = []
     for p in map(Path, paths or []):
-        # A folder stands for the pools in it (import-db's summary is not one).
-        files += sorted(f for f in p.glob("*.json") if f.name != "import-summary.json") if p.is_dir() else [p]
+        files += bench.pool_files(p) if p.is_dir() else [p]  # a folder stands for the pools in it
     if not paths:
         files = bench.shipped_pools()
     if not files:
@@ -295,8 +294,7 @@ def _bench_collect(args: argparse.Namespace) -> int:
     pool = measure.collect_pool(args.workload, mach, work, args.trials, num_trials_per_iter=args.per_iter,
                                 seed=args.seed, progress=_stderr)
     pool["machine"] = bench.machine_info()
-    loaded = bench.load_pool(pool)  # what we write must read back
-    out.write_text(json.dumps(pool))
+    loaded = bench.write_pool(out, pool)  # checked, then written (gzipped for a .json.gz name)
     best = float(loaded.secs_a.min()) if len(loaded) else float("nan")
     print(f"wrote {out}: {len(pool['candidates'])} candidates ({loaded.failed} failed), best {best * 1e6:,.1f} us, "
           f"tuned in {pool['tune_seconds']:.0f} s")
@@ -570,7 +568,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--per-iter", type=int, default=64, help="candidates per search round (default 64)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--work-dir", help="MetaSchedule's work directory (default: beside the output)")
-    p.add_argument("--output", "-o", required=True, help="pool JSON file to write")
+    p.add_argument("--output", "-o", required=True, help="pool JSON file to write (.json.gz: gzipped)")
     p.set_defaults(func=_bench_collect)
 
     p = bench_sub.add_parser("launch", help="measure the cost of one TVM parallel region on this machine")

@@ -17,6 +17,7 @@ evaluation) takes a :class:`Pool`; :func:`write_pool` writes one.
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import os
@@ -137,10 +138,11 @@ def load_pool(source: str | os.PathLike | Mapping[str, Any]) -> Pool:
     else:
         src = str(source)
         try:
-            data = json.loads(Path(src).read_text())
-        except OSError as err:
-            raise PoolError(f"cannot read pool {src}: {err.strerror or err}") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raw = Path(src).read_bytes()
+            data = json.loads(gzip.decompress(raw) if src.endswith(".gz") else raw)
+        except OSError as err:  # gzip's BadGzipFile is one
+            raise PoolError(f"cannot read pool {src}: {getattr(err, 'strerror', None) or err}") from None
+        except (json.JSONDecodeError, UnicodeDecodeError, EOFError) as err:
             raise PoolError(f"pool {src} is not JSON: {err}") from None
     if not isinstance(data, Mapping):
         raise PoolError(f"pool {src} is not a pool: expected a JSON object, found {type(data).__name__}")
@@ -230,22 +232,43 @@ def write_pool(path: str | os.PathLike, data: Mapping[str, Any]) -> Pool:
         When ``data`` is not a pool (nothing is written), or the file cannot be written.
     """
     load_pool(data)  # checked before anything is written
+    text = json.dumps(data).encode()
     try:
-        Path(path).write_text(json.dumps(data))
+        # mtime 0: the same pool gives the same bytes (a file in git does not change for nothing)
+        Path(path).write_bytes(gzip.compress(text, mtime=0) if str(path).endswith(".gz") else text)
     except OSError as err:
         raise PoolError(f"cannot write pool {path}: {err.strerror or err}") from None
     return load_pool(path)
 
 
+POOL_SUFFIXES = (".json", ".json.gz")
+
+
+def pool_files(folder: str | os.PathLike) -> list[Path]:
+    """The pool files (``*.json``, ``*.json.gz``) in a folder, sorted by name; an import's
+    ``import-summary.json`` is not one."""
+    return sorted(f for f in Path(folder).iterdir()
+                  if f.name.endswith(POOL_SUFFIXES) and f.name != "import-summary.json")
+
+
+def pool_stem(path: str | os.PathLike) -> str:
+    """A pool file's name without ``.json`` or ``.json.gz``."""
+    name = Path(path).name
+    for suffix in sorted(POOL_SUFFIXES, key=len, reverse=True):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return Path(path).stem
+
+
 def shipped_pools() -> list[Path]:
     """The pool files shipped in ``tuna/data/pools``, sorted by name."""
-    return sorted((Path(__file__).parent.parent / "data" / "pools").glob("*.json"))
+    return pool_files(Path(__file__).parent.parent / "data" / "pools")
 
 
 def shipped_pool(workload: str) -> Pool | None:
     """The shipped pool of ``workload`` (``"GMM:1"`` or ``"GMM-1"``), None if tuna ships none."""
     name = workload.upper().replace(":", "-")
     for path in shipped_pools():
-        if path.stem == name:
+        if pool_stem(path) == name:
             return load_pool(path)
     return None
