@@ -3,6 +3,7 @@
 import json
 import re
 
+import numpy as np
 import pytest
 
 from tuna import bench
@@ -188,5 +189,22 @@ def test_gzipped_pools_read_and_write(tmp_path):
     assert path.read_bytes()[:2] == b"\x1f\x8b" and len(again) == len(plain)
     assert bench.pool_stem(path) == "copy" and bench.pool_files(tmp_path) == [path]
     (tmp_path / "bad.json.gz").write_bytes(b"not gzip")
-    with pytest.raises(bench.PoolError, match="bad.json.gz"):
+    with pytest.raises(bench.PoolError, match=r"bad\.json\.gz"):
         bench.load_pool(tmp_path / "bad.json.gz")
+
+
+def test_shortlist_scorer_ranks_only_what_the_screen_passes():
+    from tuna.bench.ranking import shortlist_scorer
+    from tuna.estimate import WORST_SCORE
+
+    pool = _pool("p", n=40)  # secs_a grows with the index: candidate 0 is the fastest
+    screen = lambda p, tr, te: (np.arange(len(te), dtype=float), 0.001)  # noqa: E731 - thinks the slowest best
+    rank = lambda p, tr, te: (-p.secs_a[te], 0.1)  # noqa: E731 - perfect
+    train, test = bench.split(pool, 0)
+    scores, secs = shortlist_scorer(screen, rank, share=0.25)(pool, train, test)
+    kept = np.flatnonzero(scores > WORST_SCORE)
+    assert len(kept) == round(0.25 * len(test)) and set(kept) == set(range(len(test) - len(kept), len(test)))
+    assert secs == pytest.approx(0.001 + 0.25 * 0.1)
+    # the pick is the best of the shortlist, not of the pool: top-1 below 1
+    top1 = bench.all_metrics(pool.secs_a[test], scores)["top-1"]
+    assert 0 < top1 < 1

@@ -595,7 +595,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_bench_tune)
 
     p = bench_sub.add_parser("network", help="whole networks tuned with tuna and MetaSchedule, timed here")
-    p.add_argument("--models", default="resnet18,bert", help="comma-separated: resnet18, bert (default both)")
+    p.add_argument("--models", default="resnet18,bert",
+                   help="comma-separated: resnet18, resnet50, mobilenetv2, bert (default resnet18,bert)")
     p.add_argument("--methods", default="untuned,tuna,metaschedule,pytorch",
                    help="comma-separated subset of untuned,tuna,metaschedule,pytorch (default all)")
     p.add_argument("--target", "-t", help=HERE_TARGET)

@@ -5,7 +5,9 @@ For each tier three scorers: ``tuna-<tier>`` with the shipped coefficients,
 pool ranked (:func:`.calibration.unseen_coefficients`), and ``tuna-<tier>-lofo`` with
 coefficients fitted on the pools of the other operator families only
 (:func:`.calibration.family_coefficients`): the figure that says whether tuna holds on a
-kind of operator it never saw. Beside them the baselines of
+kind of operator it never saw. With both tiers, ``tuna-shortlist`` and
+``tuna-shortlist-lofo`` rank as a search does: the IR tier screens, the full tier ranks its
+shortlist (:func:`shortlist_scorer`). Beside them the baselines of
 :mod:`.evaluation` and MetaSchedule's XGBModel (:func:`tuna.integration.xgb_scores`,
 imported when called, so that ``import tuna.bench`` stays free of TVM).
 :func:`rank_pools` returns the results and the record ``tuna bench rank --json`` writes:
@@ -21,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from .. import linear
+from ..estimate import WORST_SCORE
 from ..machine import Machine
 from .calibration import family_coefficients, unseen_coefficients
 from .evaluation import Result, Scorer, baselines, evaluate, feature_scorer
@@ -57,7 +60,35 @@ def tuna_scorers(features: Features, seconds: Seconds, pools: Sequence[Pool], ma
                 scorers[f"tuna-{tier}-{suffix}"] = feature_scorer(
                     features[tier], seconds[tier], lambda name, f, h=per_pool: linear.seconds(f, h[name], machine)
                 )
+    if "ir" in features and "full" in features:
+        for suffix in ("", "-lofo"):
+            if f"tuna-ir{suffix}" in scorers:
+                scorers[f"tuna-shortlist{suffix}"] = shortlist_scorer(scorers[f"tuna-ir{suffix}"],
+                                                                     scorers[f"tuna-full{suffix}"])
     return scorers
+
+
+#: The share of a pool's test candidates the IR tier passes to the full tier in the
+#: ``tuna-shortlist`` scorers: a quarter (32 of a 192-candidate pool's 128 test candidates),
+#: as a search passes its best 64 of several hundred screened to the full tier.
+SHORTLIST = 0.25
+
+
+def shortlist_scorer(screen: Scorer, rank: Scorer, share: float = SHORTLIST) -> Scorer:
+    """The IR tier screens, the full tier ranks: ``rank``'s scores for the best ``share`` of
+    the test candidates by ``screen``, the worst score for the others. Its top-1 ratio is
+    how good the pick of a two-tier search is."""
+
+    def scores(pool: Pool, train_idx: np.ndarray, test_idx: np.ndarray) -> tuple[np.ndarray, float]:
+        first, first_secs = screen(pool, train_idx, test_idx)
+        second, second_secs = rank(pool, train_idx, test_idx)
+        keep = max(1, round(share * len(test_idx)))
+        chosen = np.argsort(-np.asarray(first), kind="stable")[:keep]
+        out = np.full(len(test_idx), WORST_SCORE)
+        out[chosen] = np.asarray(second)[chosen]
+        return out, first_secs + share * second_secs
+
+    return scores
 
 
 def predictions(features: Features, pools: Sequence[Pool], machine: Machine) -> dict[str, dict[str, Any]]:
@@ -128,6 +159,8 @@ def rank_notes(machine: Machine, tiers: Sequence[str], seed: int, seconds: float
     notes = [f"coefficients: {linear.coefficients(machine, t).source} ({t} tier)" for t in tiers]
     notes.append("tuna-<tier>-unseen: coefficients fitted on the other pools of this run, never on the pool ranked")
     notes.append("tuna-<tier>-lofo: coefficients fitted only on pools of the other operator families of this run")
+    notes.append(f"tuna-shortlist[-lofo]: the full tier ranks the IR tier's best {SHORTLIST:.0%} of each test set "
+                 "(its top-1 is a two-tier search's pick)")
     notes.append(f"machine {machine.name}; split seed {seed}; {seconds:.0f} s in all")
     return notes
 
