@@ -208,3 +208,24 @@ def test_shortlist_scorer_ranks_only_what_the_screen_passes():
     # the pick is the best of the shortlist, not of the pool: top-1 below 1
     top1 = bench.all_metrics(pool.secs_a[test], scores)["top-1"]
     assert 0 < top1 < 1
+
+
+def test_bench_rank_reuses_cached_features(tmp_path, capsys):
+    from tuna import cli
+
+    nrm = next(p for p in bench.shipped_pools() if bench.pool_stem(p) == "NRM-0")  # the smallest
+    cache = tmp_path / "features"
+    args = ["bench", "rank", str(nrm), "--tiers", "ir", "--no-xgb", "--features-cache", str(cache),
+            "--json", str(tmp_path / "r.json")]
+    assert cli.main(args) == 0
+    first = json.loads((tmp_path / "r.json").read_text())
+    files = list(cache.iterdir())
+    assert len(files) == 1 and files[0].name.startswith("NRM-0.zen4.ir.")
+    saved = json.loads(files[0].read_text())
+    saved["features"][0] = {"compute_cycles": 1e12}  # a cached entry is used as it is
+    files[0].write_text(json.dumps(saved))
+    assert cli.main(args) == 0
+    second = json.loads((tmp_path / "r.json").read_text())
+    assert second["predictions"]["tuna-ir"]["NRM-0"]["predicted"][0] > 100 * max(
+        first["predictions"]["tuna-ir"]["NRM-0"]["predicted"])
+    capsys.readouterr()

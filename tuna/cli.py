@@ -157,6 +157,38 @@ def _feature_progress(tier: str, pool, done: int, total: int, seconds: float) ->
               end="" if done < total else "\n", file=sys.stderr, flush=True)
 
 
+def _cached_features(pools, mach, tiers, folder: str | None):
+    """Every pool's features per tier, read from ``folder`` where an earlier run left them
+    (:func:`tuna.bench.features_key` names each file) and written there after analysis."""
+    from . import bench
+
+    cache = Path(folder) if folder else None
+    if cache is not None:
+        try:
+            cache.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise TunaError(f"cannot create the features cache {cache}: {err.strerror or err}") from None
+    feats: dict = {t: {} for t in tiers}
+    secs: dict = {t: {} for t in tiers}
+    for tier in tiers:
+        for pool in pools:
+            path = cache / f"{bench.features_key(pool, mach, tier)}.json" if cache else None
+            if path is not None and path.exists():
+                try:
+                    saved = json.loads(path.read_text())
+                    feats[tier][pool.name], secs[tier][pool.name] = saved["features"], saved["seconds_per_candidate"]
+                    continue
+                except (OSError, ValueError, KeyError):
+                    _stderr(f"   {path} is unreadable; analysing again")
+            one, one_secs = bench.pool_features([pool], mach, [tier], _feature_progress)
+            feats[tier][pool.name], secs[tier][pool.name] = one[tier][pool.name], one_secs[tier][pool.name]
+            if path is not None:
+                path.write_text(json.dumps({"pool": pool.source, "machine": mach.name, "tier": tier,
+                                            "seconds_per_candidate": secs[tier][pool.name],
+                                            "features": feats[tier][pool.name]}))
+    return feats, secs
+
+
 def _tiers(text: str) -> list[str]:
     from .tiers import check_tier
 
@@ -185,9 +217,10 @@ def _bench_rank(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     print(f"== tuna bench rank: {len(pools)} pools measured on {measured_on}, modelled as {mach.name}, "
           f"tiers {', '.join(tiers)}", file=sys.stderr)
+    features = _cached_features(pools, mach, tiers, args.features_cache)
     results, data = bench.rank_pools(pools, mach, tiers, seed=args.seed, xgb=not args.no_xgb,
                                      progress=lambda line: print("   " + line, file=sys.stderr),
-                                     feature_progress=_feature_progress)
+                                     features=features)
     print(bench.rank_table(results))
     print("\nPer operator family (tuna-<tier>-lofo: fitted without the family's pools):")
     print(bench.family_table(results))
@@ -551,6 +584,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of the train/test split")
     p.add_argument("--json", help="also write the results as JSON here")
     p.add_argument("--png", help="figure to write (default: beside --json, else bench-rank.png)")
+    p.add_argument("--features-cache", metavar="DIR",
+                   help="keep each pool's features here and reuse them while tuna's code, the machine and the "
+                        "pool are unchanged (re-ranking after a new fit takes seconds)")
     p.add_argument("--skip-family", help="operator families to leave out of the run, comma-separated "
                                          "(e.g. families set aside while developing)")
     p.set_defaults(func=_bench_rank)

@@ -39,7 +39,7 @@ from .evaluation import (
     train_size,
 )
 from .families import FAMILIES, family_of
-from .features import pool_features
+from .features import code_fingerprint, features_key, pool_features
 from .metrics import METRICS, a_peak, all_metrics, kendall_tau, picks, top_k_ratio
 from .pools import Pool, PoolError, load_pool, pool_files, pool_stem, shipped_pool, shipped_pools, write_pool
 from .ranking import predictions, rank_figure_title, rank_notes, rank_pools, tuna_scorers, xgb_scorer
@@ -71,12 +71,14 @@ __all__ = [
     "baselines",
     "benchmarks_markdown",
     "check_one_machine",
+    "code_fingerprint",
     "coefficient_file",
     "evaluate",
     "family_coefficients",
     "family_of",
     "family_table",
     "feature_scorer",
+    "features_key",
     "fit_pools",
     "fit_rows",
     "join_runs",

@@ -8,8 +8,12 @@ stays free of TVM.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from collections.abc import Callable, Mapping, Sequence
+from functools import cache
+from pathlib import Path
 
 from ..machine import Machine
 from .pools import Pool
@@ -47,3 +51,43 @@ def pool_features(
 
             feats[tier][pool.name], secs[tier][pool.name] = integration.pool_features(pool, machine, tier, report)
     return feats, secs
+
+
+#: Parts of tuna that do not enter a candidate's features: the yardstick, the command, the
+#: search, the linear model (it weighs features, it does not make them) ...
+_NOT_ANALYSIS = ("bench", "cli.py", "search", "linear.py", "databases")
+#: ... and measured data (pools, coefficients, databases).
+_NOT_DATA = (("data", "pools"), ("data", "coeffs"), ("data", "databases"))
+
+
+@cache
+def code_fingerprint() -> str:
+    """A hash of what the features depend on besides the pool and the machine: tuna's own
+    source and data files (presets, micro-architecture tables) and the TVM release, whose
+    lowering and LLVM produce the code analysed."""
+    from importlib import metadata
+
+    root = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root)
+        if path.suffix in (".py", ".toml") and rel.parts[0] not in _NOT_ANALYSIS and rel.parts[:2] not in _NOT_DATA:
+            digest.update(str(rel).encode())
+            digest.update(path.read_bytes())
+    try:
+        digest.update(metadata.version("apache-tvm").encode())
+    except metadata.PackageNotFoundError:
+        pass
+    return digest.hexdigest()[:16]
+
+
+def features_key(pool: Pool, machine: Machine, tier: str) -> str:
+    """A name for one pool's features with one tier on one machine, which changes whenever
+    they could: with the pool's workload and traces, the machine's description and
+    :func:`code_fingerprint` (coefficients and timings do not enter features)."""
+    digest = hashlib.sha256()
+    digest.update(json.dumps([pool.mod, list(pool.traces)], sort_keys=True).encode())
+    digest.update(repr(machine).encode())
+    digest.update(tier.encode())
+    digest.update(code_fingerprint().encode())
+    return f"{pool.name.replace('/', '-')}.{machine.name}.{tier}.{digest.hexdigest()[:16]}"

@@ -116,6 +116,7 @@ def rank_pools(
     xgb: bool = True,
     progress: Callable[[str], None] | None = None,
     feature_progress: Progress | None = None,
+    features: tuple[Features, Seconds] | None = None,
 ) -> tuple[list[Result], dict[str, Any]]:
     """Rank the pools with tuna's tiers and the baselines.
 
@@ -135,6 +136,9 @@ def rank_pools(
         One line per pool and model, as :func:`.evaluation.evaluate` gives them.
     feature_progress : callable, optional
         Progress of the analysis, as :func:`.features.pool_features` reports it.
+    features : tuple, optional
+        The pools' features and analysis seconds per tier, already computed (as
+        :func:`.features.pool_features` returns them); computed here otherwise.
 
     Returns
     -------
@@ -143,7 +147,7 @@ def rank_pools(
     record : dict
         :func:`.report.rank_json` of the results with ``predictions`` (see :func:`predictions`).
     """
-    feats, secs = pool_features(pools, machine, tiers, feature_progress)
+    feats, secs = features if features is not None else pool_features(pools, machine, tiers, feature_progress)
     scorers = dict(baselines(seed))
     if xgb:
         scorers["xgb-64"] = xgb_scorer(seed)
