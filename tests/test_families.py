@@ -229,3 +229,12 @@ def test_bench_rank_reuses_cached_features(tmp_path, capsys):
     assert second["predictions"]["tuna-ir"]["NRM-0"]["predicted"][0] > 100 * max(
         first["predictions"]["tuna-ir"]["NRM-0"]["predicted"])
     capsys.readouterr()
+
+
+def test_calibrate_refuses_another_machines_pools(tmp_path, capsys):
+    from tuna import cli
+
+    nrm = next(p for p in bench.shipped_pools() if bench.pool_stem(p) == "NRM-0")
+    assert cli.main(["calibrate", str(nrm), "--target", "zen5", "-o", str(tmp_path / "c.toml")]) == 2
+    assert "measured on zen4; they cannot calibrate zen5" in capsys.readouterr().err
+    assert not (tmp_path / "c.toml").exists()

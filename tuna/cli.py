@@ -479,10 +479,13 @@ def _calibrate(args: argparse.Namespace) -> int:
 
     _quiet_tvm()
     pools = _load_pools(args.pools)
-    bench.check_one_machine(pools, args.mix_machines)
+    measured_on = bench.check_one_machine(pools, args.mix_machines)
     mach = machines.resolve(args.target, args.machine)
+    if measured_on in machines.presets() and measured_on != mach.name and not args.mix_machines:
+        raise TunaError(f"the pools were measured on {measured_on}; they cannot calibrate {mach.name} "
+                        "(--mix-machines to do it anyway)")
     tiers = _tiers(args.tiers)
-    feats, _ = bench.pool_features(pools, mach, tiers, _feature_progress)
+    feats, _ = _cached_features(pools, mach, tiers, args.features_cache)
     tables = bench.fit_pools(feats, pools, mach)
     for tier, table in tables.items():
         print(f"[{tier}] " + ", ".join(f"{k} {v:.4g}" for k, v in table.items()))
@@ -658,6 +661,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", "-t", default="zen4", help="preset the pools were measured on (default zen4)")
     p.add_argument("--mix-machines", action="store_true",
                    help="allow pools measured on different machines in one run (refused by default)")
+    p.add_argument("--features-cache", metavar="DIR", help="as for bench rank: reuse the features kept here")
     p.add_argument("--machine", help="preset to model when the target has no data file")
     p.add_argument("--tiers", default="ir,full", help="tiers to fit (default ir,full)")
     p.add_argument("--output", "-o", required=True, help="coefficient file to write (tuna/data/coeffs/<preset>.toml)")

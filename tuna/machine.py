@@ -86,6 +86,11 @@ class Machine:
         General-purpose registers the ISA's C calling convention preserves across calls
         (CPU; from ``tuna/data/abi.toml``): values live across a library call beyond these
         are reloaded from the stack after it.
+    datapath_bits : int
+        Width of one pass through an execution pipe (CPU): a full-width instruction takes
+        ``vector_bits / datapath_bits`` passes, a narrower one at least one. Zen 4 runs
+        512-bit instructions as two 256-bit passes, so its 256-bit instructions issue twice
+        as fast as its 512-bit ones. Defaults to ``vector_bits``.
     """
 
     name: str
@@ -105,9 +110,18 @@ class Machine:
     memory_gbps: float = 1.0
     parallel_region_us: float | None = None
     callee_saved_gprs: int = 0
+    datapath_bits: int = 0
     gpu: GPUSpec | None = None
     aliases: tuple[str, ...] = ()
     source: str = ""
+
+    def width_cost(self, lanes: int, dtype_bytes: int) -> float:
+        """Pipe time of one instruction on ``lanes`` elements, in full-width instructions:
+        its bits over the vector width, but at least one datapath pass (see ``datapath_bits``)."""
+        if not self.vector_bits:
+            return 1.0
+        bits = max(min(lanes * dtype_bytes * 8, self.vector_bits), self.datapath_bits or self.vector_bits)
+        return bits / self.vector_bits
 
     def lanes(self, dtype_bytes: int) -> int:
         """SIMD lanes of a full vector register for elements of ``dtype_bytes``."""
@@ -181,6 +195,7 @@ def _parse(name: str, data: dict[str, Any]) -> Machine:
             memory_gbps=float(data["memory"]["bandwidth_gbps"]),
             parallel_region_us=float(data["parallel_region_us"]) if "parallel_region_us" in data else None,
             callee_saved_gprs=int(_abi().get(data["isa"], {}).get("callee_saved_gprs", 0)),
+            datapath_bits=int(data.get("datapath_bits", data.get("vector_bits", 0))),
             gpu=gpu,
             aliases=tuple(data.get("aliases", ())),
             source=name,

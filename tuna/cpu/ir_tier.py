@@ -54,6 +54,8 @@ MAX_STACK_ALLOCA = 1024
 #: the loop body: the runtime's function table and the device id (LLVM's code for the SFM-1
 #: picks of ES on Zen 4 holds them in r14 and ebx).
 WORKSPACE_VALUES = 2
+#: Classes of operations that occupy the FP pipes, counted by width as well (``pipe_<kind>``).
+PIPE_KINDS = ("fma", "add", "mul", "div", "special")
 #: Classes of the loop tree's operations that become one instruction each per execution.
 INSTRUCTION_KINDS = ("fma", "add", "mul", "div", "special", "cast", "cmp", "load", "store")
 
@@ -79,6 +81,13 @@ def _vector_cost(access: Access, vec: Loop | None, hw_lanes: int) -> int:
     return math.ceil(vec.extent / hw_lanes) if contiguous_in(access, vec.var) else vec.extent
 
 
+def _access_lanes(access: Access, vec: Loop | None, hw_lanes: int) -> int:
+    """Elements each of those instructions moves (one for scalar and broadcast accesses)."""
+    if vec is None or not access.depends_on(vec.var) or not contiguous_in(access, vec.var):
+        return 1
+    return math.ceil(vec.extent / math.ceil(vec.extent / hw_lanes))
+
+
 def statement_counts(
     stmt: Statement, loops: tuple[Loop, ...], machine: Machine, tvm: frozenset[str] | None = None,
     homes: Mapping[str, str | None] | None = None,
@@ -96,9 +105,14 @@ def statement_counts(
     hw = machine.lanes(stmt.dtype_bytes)
     vl = vec.extent if vec else 1
     vinstr = math.ceil(vl / hw)
+    # Pipe time of each instruction, in full-width instructions: a narrower vector issues
+    # faster where the core splits full-width ones into several passes (Machine.width_cost).
+    width = machine.width_cost(math.ceil(vl / vinstr), stmt.dtype_bytes)
     for kind, n in stmt.ops:
         # Library math functions run once per lane whatever the vector width (see "math" ops).
         counts[kind] += n * execs if kind == "math" else n * execs // vl * vinstr
+        if kind in PIPE_KINDS:
+            counts[f"pipe_{kind}"] += n * execs // vl * vinstr * width
     counts["lanes_fma"] += stmt.op_count("fma") * execs
 
     unrolled = unrolled_loops(loops, tvm)
@@ -110,12 +124,14 @@ def statement_counts(
     tile, outside = loops[tile_start:], loops[:tile_start]
 
     distinct: dict[tuple, int] = {}
+    widths: dict[tuple, float] = {}
     for acc in stmt.accesses:
         n = _vector_cost(acc, vec, hw)
         for lp in tile:
             if lp is not vec and acc.depends_on(lp.var):
                 n *= lp.extent
         distinct[(acc.buffer, acc.indices, acc.write)] = n
+        widths[(acc.buffer, acc.indices, acc.write)] = machine.width_cost(_access_lanes(acc, vec, hw), acc.dtype_bytes)
     live = {}
     for (buf, idx, _), n in distinct.items():
         live[(buf, idx)] = max(live.get((buf, idx), 0), n)
@@ -139,6 +155,7 @@ def statement_counts(
             hoisting = False
             n *= lp.extent
         counts["store" if write else "load"] += n
+        counts["pipe_store" if write else "pipe_load"] += n * widths[(buf, idx, write)]
 
     writes = [a for a in stmt.accesses if a.write]
     reduce_at = [pos for pos, lp in enumerate(loops) if not any(w.depends_on(lp.var) for w in writes)]
@@ -282,12 +299,13 @@ def _nest_counts(
 
 
 def _fp_cycles(counts: Counter, machine: Machine) -> float:
-    """Cycles of the FP pipes for a nest's counts: FMA/multiply or add pipes, divisions and special functions."""
+    """Cycles of the FP pipes for a nest's counts: FMA/multiply or add pipes, divisions and
+    special functions, each instruction weighted by its width (``pipe_<kind>``)."""
     tp = machine.throughput
     return max(
-        (counts["fma"] + counts["mul"]) / tp["fma"],
-        counts["add"] / tp["add"],
-    ) + counts["div"] / tp["div"] + counts["special"] / tp["special"]
+        (counts["pipe_fma"] + counts["pipe_mul"]) / tp["fma"],
+        counts["pipe_add"] / tp["add"],
+    ) + counts["pipe_div"] / tp["div"] + counts["pipe_special"] / tp["special"]
 
 
 def _threads(node: Loop | Statement, machine: Machine) -> tuple[int, int, float]:
@@ -307,8 +325,8 @@ def _nest_terms(
         counts["call_block_ops"] = _call_block_ops(node, stmts, machine, tvm, allocations)
     tp = machine.throughput
     fp = _fp_cycles(counts, machine)
-    loads = (counts["load"] + counts["spill"]) / tp["load"]
-    stores = (counts["store"] + counts["spill"]) / tp["store"]
+    loads = (counts["pipe_load"] + counts["spill"]) / tp["load"]
+    stores = (counts["pipe_store"] + counts["spill"]) / tp["store"]
     instructions = (
         sum(counts[k] for k in ("fma", "add", "mul", "div", "special", "cast", "cmp", "load", "store"))
         + 2 * counts["spill"]

@@ -269,12 +269,17 @@ def _map_function(
             best = None
             if known is None and unrolled is not None:  # the remainder of the loop before it
                 best, unrolled = unrolled, None
-            for order in () if best is not None else (range(cursor, len(candidates)), range(0, cursor)):
+            # A TIR loop must hold as deep a nest as the machine loop, unless none does: then
+            # the code kept a loop the TIR's unroll pragma was expected to unroll (tvm_unrolled
+            # under-counts what TVM leaves rolled), and the nest is matched on trip counts alone.
+            searches = [(order, strict) for strict in (True, False)
+                        for order in (range(cursor, len(candidates)), range(0, cursor))]
+            for order, strict in () if best is not None else searches:
                 ranked = [
                     (q, i)
                     for i in order
                     if (q := _compatible(known, candidates[i].extent))
-                    and depth_below[candidates[i].var] >= height[lp.header]
+                    and (depth_below[candidates[i].var] >= height[lp.header] or not strict)
                 ]
                 if ranked:
                     top = max(q for q, _ in ranked)

@@ -250,6 +250,8 @@ class _Extractor:
         self.names: dict[Any, str] = {}
         self.extents: dict[str, int] = {}
         self.loops: list[str] = []  # variables of the loops being visited, outermost first
+        self.kinds: dict[str, ir.LoopKind] = {}
+        self.scalarized: set[str] = set()  # vectorized loops TVM's VectorizeLoop turns serial
 
     def _name(self, var) -> str:
         if var not in self.names:
@@ -278,8 +280,23 @@ class _Extractor:
             scope=str(buf.scope()),
         )
 
+    def _note_lane_condition(self, cond, env) -> None:
+        """Mark the enclosing vectorized loops a condition varies in: TVM's VectorizeLoop
+        cannot turn a condition that differs between lanes into one (``if_then_else``, an
+        ``if``), and leaves the loop serial, a scalar loop (``<var>_s``) for the unroller and
+        LLVM. A padding stage's bounds check on the vectorized axis does: its loop runs one
+        element at a time."""
+        names: set[str] = set()
+        for e in _subexprs(cond):
+            if isinstance(e, tirx.Var) and e in env:
+                names |= env[e].vars()
+        self.scalarized |= {n for n in names if self.kinds.get(n) == ir.LoopKind.VECTORIZED and n in self.loops}
+
     def _statement(self, store, block_name: str, env) -> ir.Statement:
         accesses: list[ir.Access] = []
+        for e in _subexprs(store.value):
+            if isinstance(e, tvm.ir.Call) and str(getattr(e.op, "name", "")).endswith("if_then_else"):
+                self._note_lane_condition(e.args[0], env)
 
         for e in _subexprs(store.value):
             if isinstance(e, tvm.ir.TensorLoad):
@@ -314,10 +331,13 @@ class _Extractor:
             vanishes = int(stmt.extent.value) == 1 and kind != ir.LoopKind.THREAD  # as in codegen
             if not vanishes:
                 self.loops.append(name)
+            self.kinds[name] = kind
             body = tuple(self.visit(stmt.body, inner, block_name))
             if vanishes:
                 return list(body)
             self.loops.pop()
+            if kind == ir.LoopKind.VECTORIZED and name in self.scalarized:
+                kind = ir.LoopKind.SERIAL
             return [ir.Loop(name, int(stmt.extent.value), kind, body, thread, int(step))]
         if isinstance(stmt, tirx.SeqStmt):
             return [n for s in stmt.seq for n in self.visit(s, env, block_name)]
@@ -340,6 +360,7 @@ class _Extractor:
         if isinstance(stmt, tvm.tirx.BufferStore):
             return [self._statement(stmt, block_name, env)]
         if isinstance(stmt, tirx.IfThenElse):
+            self._note_lane_condition(stmt.condition, env)
             nodes = self.visit(stmt.then_case, env, block_name)
             if stmt.else_case is not None:
                 nodes += self.visit(stmt.else_case, env, block_name)
