@@ -147,6 +147,8 @@ def test_family_table_names_each_family_and_the_worst():
     assert re.search(r"^worst: \w+ +random", table, re.M)
     data = bench.rank_json(results)
     assert set(data["family_mean"]["random"]) == {"conv2d", "softmax"}
+    markdown = bench.rank_markdown(data)
+    assert "Per operator family" in markdown and "| conv2d | random | 1 |" in markdown
     assert {r["family"] for r in data["results"]} == {"conv2d", "softmax"}
 
 

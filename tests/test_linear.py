@@ -34,10 +34,12 @@ def test_fit_holds_measured_coefficients_and_fits_the_rest():
     # where the target file has it measured.
     assert linear.held(machine.preset("graviton2"), "full") == {"l2_fill_cycles": 1.0}
     assert linear.coefficients(zen4, "full").values["l2_fill_cycles"] == 1.0
-    # The IR tier holds the full tier's price of the code around library calls.
-    assert linear.held(zen4, "ir", {"call_block_ops": 1.5}) == {"call_block_ops": 1.5}
+    # The IR tier holds the full tier's price of the code around library calls, and the
+    # physical defaults for the rest: it is not fitted (see linear.held).
+    physical = dict(linear.default_coefficients(zen4, "ir").values)
+    assert linear.held(zen4, "ir", {"call_block_ops": 1.5}) == {**physical, "call_block_ops": 1.5}
     shipped_full = linear.coefficients(zen4, "full").values["call_block_ops"]
-    assert shipped_full > 0 and linear.held(zen4, "ir") == {"call_block_ops": shipped_full}
+    assert shipped_full > 0 and linear.held(zen4, "ir") == {**physical, "call_block_ops": shipped_full}
     assert linear.coefficients(zen4, "ir").values["call_block_ops"] == shipped_full
     assert linear.held(machine.preset("v100"), "ir") == {}
     # Fitting both tiers at once: the full tier first, its call_block_ops held by the IR tier's fit.
@@ -47,8 +49,7 @@ def test_fit_holds_measured_coefficients_and_fits_the_rest():
     tables = linear.fit_tiers(zen4, {"ir": (rows, [2 * x for x in lat], None), "full": (rows, lat, None)})
     assert list(tables) == ["ir", "full"]
     assert tables["full"]["call_block_ops"] == pytest.approx(2.5, rel=1e-3)
-    assert tables["ir"]["call_block_ops"] == tables["full"]["call_block_ops"]
-    assert tables["ir"]["compute_cycles"] > tables["full"]["compute_cycles"]
+    assert tables["ir"] == {**physical, "call_block_ops": tables["full"]["call_block_ops"]}
     shipped = linear.coefficients(zen4, "full").values["launches"]
     assert shipped == pytest.approx(linear.launch_cycles(zen4), rel=1e-5)
 
@@ -57,7 +58,8 @@ def test_coefficient_files_round_trip_and_reject_unknown_terms():
     zen4 = machine.preset("zen4")
     text = linear.to_toml({"ir": {"compute_cycles": 2.0, "calls": 9.0}}, zen4, ["GMM-1"], "test.")
     # the header names what the fit held, and why (the IR tier's call_block_ops: the shipped full tier's)
-    assert "\n# Held, not fitted: ir: call_block_ops (the full tier's, as shipped).\n" in text
+    assert "ir: call_block_ops (the full tier's, as shipped)" in text
+    assert "# Held, not fitted: ir: compute_cycles, l1_fill_cycles," in text and "(physical default" in text
     coeffs = linear.parse(text, zen4, "ir", "test")
     assert coeffs.values["compute_cycles"] == 2.0 and coeffs.fitted_on == ("GMM-1",)
     assert coeffs.cycles({"compute_cycles": 10, "calls": 1}) == 29.0

@@ -304,11 +304,12 @@ def _here(target: str | None) -> str:
                             "name the target to compile for with --target")
         return host
     try:
-        named = machines.resolve(target).name
+        named = machines.resolve(target)
     except TunaError:
         named = None  # not a preset tuna knows: check_runnable says whether it runs here
-    if host and named and named != host:
-        _stderr(f"warning: this CPU is a {host}, not a {named}: timings measured here are {host} timings")
+    # (a target of another ISA or a GPU cannot run here at all: check_runnable says so)
+    if host and named and named.name != host and named.isa == machines.preset(host).isa:
+        _stderr(f"warning: this CPU is a {host}, not a {named.name}: timings measured here are {host} timings")
     return target
 
 

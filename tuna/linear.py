@@ -94,8 +94,14 @@ def held_terms(machine: Machine, tier: str, full: Mapping[str, float] | None = N
     if tier == "ir":
         shipped = full is None
         value = (coefficients(machine, "full").values if shipped else full).get("call_block_ops", 0.0)
-        return {"call_block_ops": Held(float(value), "the full tier's" + (", as shipped" if shipped else ""))}
+        physical = {t: Held(v, IR_UNFITTED) for t, v in default_coefficients(machine, tier).values.items()}
+        return {**physical,
+                "call_block_ops": Held(float(value), "the full tier's" + (", as shipped" if shipped else ""))}
     return {}
+
+
+#: Why the IR tier's coefficients are physical defaults on CPUs (every term held).
+IR_UNFITTED = "physical default, not fitted: see linear.held"
 
 
 def held(machine: Machine, tier: str, full: Mapping[str, float] | None = None) -> dict[str, float]:
@@ -110,6 +116,15 @@ def held(machine: Machine, tier: str, full: Mapping[str, float] | None = None) -
     0.781, measured before kernels were read with their buffers compacted; since then,
     held ranks the pools as well, top-5 0.859 against 0.835 and left-out top-10 0.847
     against 0.848, but ES's picks on SFM:1 with it were inconclusive, so it stays free).
+
+    On CPUs the IR tier's other coefficients are the physical defaults
+    (:func:`default_coefficients`), not fitted: fitted on some operator families, it ranked
+    the families left out of the fit worse than unfitted. On 13 Zen 4 pools of 7 families
+    (2026-11-24; the families dense and pool set aside), each family ranked by a fit on the
+    others: mean top-1 0.55, top-10 0.43, tau 0.33 by this module's fit (the norm family
+    at top-10 0.15), 0.70 / 0.69 / 0.50 by a fit of within-pool log times, and unfitted
+    0.76 / 0.71 / 0.55. The IR tier screens kernels of any kind; an order it learnt from
+    some kinds misleads it on the others.
 
     The IR tier's ``call_block_ops`` is the full tier's coefficient (``full``: the full
     tier's coefficients fitted in the same run, else the shipped ones): the same quantity,
@@ -264,6 +279,8 @@ def fit(
         names = GPU_TERMS if any("issue_cycles" in r for r in rows) else TERMS
     fixed = dict(fixed or {})
     free = [t for t in names if t not in fixed]
+    if not free:
+        return {t: fixed[t] for t in names}
     x = np.array([[float(r.get(t, 0.0)) for t in free] for r in rows], dtype="float64")
     y = np.asarray(lat, dtype="float64")
     if len(y) < len(free):
@@ -292,7 +309,12 @@ def to_toml(tables: Mapping[str, Mapping[str, float]], machine: Machine, fitted_
     """
     pools = sorted(fitted_on)
     full = tables.get("full")
-    kept = [f"{t}: {term} ({h.reason})" for t in tables for term, h in held_terms(machine, t, full).items()]
+    kept = []
+    for t in tables:
+        by_reason: dict[str, list[str]] = {}
+        for term, h in held_terms(machine, t, full).items():
+            by_reason.setdefault(h.reason, []).append(term)
+        kept += [f"{t}: {', '.join(terms)} ({reason})" for reason, terms in by_reason.items()]
     lines = [
         f"# Coefficients of tuna's linear model for {machine.title} ({machine.name}).",
         f"# Written by `tuna calibrate`; {note}",

@@ -283,15 +283,32 @@ def network_table(rows: list[Mapping[str, Any]], markdown: bool = False) -> str:
     return _markdown(header, body) if markdown else _fixed(header, body)
 
 
+#: Models of the per-family table in BENCHMARKS.md: the held-out fits, and the baselines.
+FAMILY_MODELS = ("tuna-full-lofo", "tuna-ir-lofo", "tuna-shortlist-lofo", "xgb-64", "random")
+
+
 def rank_markdown(rank: Mapping[str, Any]) -> str:
-    """The mean rows of a ``tuna bench rank --json`` result as a markdown table."""
+    """The mean rows of a ``tuna bench rank --json`` result as a markdown table, then (where
+    the record has them) each operator family's means for the held-out fits and baselines."""
     header = ["model", "pools", *METRICS, "s/cand"]
     body = []
     for model, row in rank["mean"].items():
         secs = row.get("seconds_per_candidate")
         body.append([model, str(row.get("pools", "")), *(_fmt_ratio(row.get(m)) for m in METRICS),
                      _fmt_opt_secs(secs)])
-    return _markdown(header, body)
+    out = _markdown(header, body)
+    families = rank.get("family_mean") or {}
+    if families:
+        header = ["family", "model", "pools", *METRICS]
+        body = []
+        for family in sorted({f for fams in families.values() for f in fams}):
+            for model in FAMILY_MODELS:
+                row = families.get(model, {}).get(family)
+                if row:
+                    body.append([family, model, str(row.get("pools", "")), *(_fmt_ratio(row.get(m)) for m in METRICS)])
+        out += "\n\nPer operator family (`-lofo`: coefficients fitted without any pool of the family):\n\n"
+        out += _markdown(header, body)
+    return out
 
 
 def _machine_line(meta: Mapping[str, Any] | None) -> str:
