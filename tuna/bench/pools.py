@@ -266,9 +266,10 @@ def shipped_pools() -> list[Path]:
 
 
 def shipped_pool(workload: str) -> Pool | None:
-    """The shipped pool of ``workload`` (``"GMM:1"`` or ``"GMM-1"``), None if tuna ships none."""
-    name = workload.upper().replace(":", "-")
+    """The shipped pool of ``workload`` (``"GMM:1"``, ``"GMM-1"``, a network task
+    ``"resnet50/max_pool2d"``), None if tuna ships none."""
+    name = workload.replace(":", "-").replace("/", "-").lower()
     for path in shipped_pools():
-        if pool_stem(path) == name:
+        if pool_stem(path).lower() == name:
             return load_pool(path)
     return None
