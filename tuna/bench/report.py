@@ -382,7 +382,9 @@ def benchmarks_markdown(
         "Mean over the pools of each metric on each pool's test split (top-k ratio, a-peak@32: 1 is perfect; "
         "Kendall tau: 1 is perfect). `xgb-64`: MetaSchedule's XGBModel trained on 64 measured candidates of the "
         "same pool; `noise-ceiling`: the second timing as a model; `tuna-<tier>-unseen`: coefficients fitted "
-        "without the pool ranked.",
+        "without the pool ranked; `tuna-<tier>-lofo`: fitted without any pool of the pool's operator family; "
+        "`tuna-shortlist[-lofo]`: the full tier ranks the IR tier's best quarter of each test set (its top-1 is a "
+        "two-tier search's pick).",
         "",
         rank_markdown(d),
     ])
