@@ -183,9 +183,12 @@ def _cached_features(pools, mach, tiers, folder: str | None):
             one, one_secs = bench.pool_features([pool], mach, [tier], _feature_progress)
             feats[tier][pool.name], secs[tier][pool.name] = one[tier][pool.name], one_secs[tier][pool.name]
             if path is not None:
-                path.write_text(json.dumps({"pool": pool.source, "machine": mach.name, "tier": tier,
-                                            "seconds_per_candidate": secs[tier][pool.name],
-                                            "features": feats[tier][pool.name]}))
+                try:
+                    path.write_text(json.dumps({"pool": pool.source, "machine": mach.name, "tier": tier,
+                                                "seconds_per_candidate": secs[tier][pool.name],
+                                                "features": feats[tier][pool.name]}))
+                except OSError as err:  # the features are in hand: losing the copy costs a rerun only
+                    _stderr(f"   cannot keep the features in {path}: {err.strerror or err}")
     return feats, secs
 
 
@@ -590,7 +593,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--png", help="figure to write (default: beside --json, else bench-rank.png)")
     p.add_argument("--features-cache", metavar="DIR",
                    help="keep each pool's features here and reuse them while tuna's code, the machine and the "
-                        "pool are unchanged (re-ranking after a new fit takes seconds)")
+                        "pool are unchanged (a rerun then analyses nothing)")
     p.add_argument("--skip-family", help="operator families to leave out of the run, comma-separated "
                                          "(e.g. families set aside while developing)")
     p.set_defaults(func=_bench_rank)
