@@ -28,6 +28,25 @@ def _fmt_secs(secs: float) -> str:
     return f"{secs / 1e-9:.3g} ns"
 
 
+def _grouped_table(header: Sequence, rows: Sequence[Sequence], footer: Sequence[Sequence]) -> list[str]:
+    """Fixed-width lines: the two first columns left-aligned, the rest right-aligned, a blank
+    line between runs of rows with another first cell, and ``footer`` under a rule."""
+    widths = [max(len(str(x[i])) for x in (header, *rows, *footer)) for i in range(len(header))]
+
+    def line(cells) -> str:
+        left = [str(c).ljust(w) for c, w in zip(cells[:2], widths[:2])]
+        right = [str(c).rjust(w) for c, w in zip(cells[2:], widths[2:])]
+        return "  ".join(left + right).rstrip()
+
+    rule = "-" * len(line(header))
+    out = [line(header), rule]
+    for pos, row in enumerate(rows):
+        if pos and row[0] != rows[pos - 1][0]:
+            out.append("")
+        out.append(line(row))
+    return [*out, rule, *(line(row) for row in footer)]
+
+
 def rank_table(results: list[Result]) -> str:
     """A fixed-width table: one row per pool and model, then a mean row per model."""
     header = ("pool", "model", "train/test", *METRICS, "s/cand")
@@ -52,22 +71,7 @@ def rank_table(results: list[Result]) -> str:
         )
         for model, row in means(results).items()
     ]
-    widths = [max(len(str(x[i])) for x in (header, *rows, *mean_rows)) for i in range(len(header))]
-
-    def line(cells) -> str:
-        left = [str(c).ljust(w) for c, w in zip(cells[:2], widths[:2])]
-        right = [str(c).rjust(w) for c, w in zip(cells[2:], widths[2:])]
-        return "  ".join(left + right).rstrip()
-
-    rule = "-" * len(line(header))
-    out = [line(header), rule]
-    prev = None
-    for row in rows:
-        if prev is not None and row[0] != prev:
-            out.append("")
-        out.append(line(row))
-        prev = row[0]
-    out += [rule, *(line(row) for row in mean_rows)]
+    out = _grouped_table(header, rows, mean_rows)
     failed = {r.pool: r.failed for r in results if r.failed}
     for name, count in failed.items():
         out.append(f"{name}: {count} failed candidate(s) left out")
@@ -92,23 +96,7 @@ def family_table(results: list[Result]) -> str:
         summary.append(("mean of families", model, str(len(fams)), *(f"{mean[m]:.3f}" for m in METRICS)))
         worst_name, worst = min(fams.items(), key=lambda kv: kv[1]["top-10"])
         summary.append((f"worst: {worst_name}", model, str(worst["pools"]), *(f"{worst[m]:.3f}" for m in METRICS)))
-    widths = [max(len(x[i]) for x in (header, *rows, *summary)) for i in range(len(header))]
-
-    def line(cells) -> str:
-        left = [c.ljust(w) for c, w in zip(cells[:2], widths[:2])]
-        right = [c.rjust(w) for c, w in zip(cells[2:], widths[2:])]
-        return "  ".join(left + right).rstrip()
-
-    rule = "-" * len(line(header))
-    out = [line(header), rule]
-    prev = None
-    for row in rows:
-        if prev is not None and row[0] != prev:
-            out.append("")
-        out.append(line(row))
-        prev = row[0]
-    out += [rule, *(line(row) for row in summary)]
-    return "\n".join(out)
+    return "\n".join(_grouped_table(header, rows, summary))
 
 
 def rank_json(results: list[Result]) -> dict[str, Any]:

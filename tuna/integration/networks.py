@@ -154,8 +154,11 @@ class TorchOps:
 # ---------------------------------------------------------------------------------------
 
 
-def _resnet18(ops: Any, x: Any, weights: _Weights, classes: int = 1000) -> Any:
-    """ResNet-18 (He et al., 2016) for 224x224 images, batch norm folded into the convolutions."""
+def _resnet(ops: Any, x: Any, weights: _Weights, stages: tuple[int, ...], bottleneck: bool,
+            classes: int = 1000) -> Any:
+    """ResNet (He et al., 2016) for 224x224 images, batch norm folded into the convolutions:
+    ``stages[i]`` blocks of width 64 * 2**i, basic (two 3x3) or bottleneck (1x1, 3x3, 1x1 to
+    four times the width; stride on the 3x3 as in torchvision's v1.5)."""
 
     def conv(x, cin, cout, k, stride, padding):
         return ops.conv(x, weights(cout, cin, k, k, fan_in=cin * k * k), weights(cout), stride, padding)
@@ -163,40 +166,33 @@ def _resnet18(ops: Any, x: Any, weights: _Weights, classes: int = 1000) -> Any:
     y = ops.relu(conv(x, 3, 64, 7, 2, 3))
     y = ops.max_pool(y, 3, 2, 1)
     cin = 64
-    for stage, cout in enumerate((64, 128, 256, 512)):
-        for block in range(2):
-            stride = 2 if stage > 0 and block == 0 else 1
-            shortcut = conv(y, cin, cout, 1, stride, 0) if stride != 1 or cin != cout else y
-            z = ops.relu(conv(y, cin, cout, 3, stride, 1))
-            z = conv(z, cout, cout, 3, 1, 1)
-            y = ops.relu(ops.add(z, shortcut))
-            cin = cout
-    y = ops.flatten(ops.global_avg_pool(y), 512)
-    return ops.dense(y, weights(512, classes, fan_in=512), weights(classes))
-
-
-def _resnet50(ops: Any, x: Any, weights: _Weights, classes: int = 1000) -> Any:
-    """ResNet-50 (He et al., 2016; bottleneck blocks, stride on the 3x3 convolution as in
-    torchvision's v1.5) for 224x224 images, batch norm folded into the convolutions."""
-
-    def conv(x, cin, cout, k, stride, padding):
-        return ops.conv(x, weights(cout, cin, k, k, fan_in=cin * k * k), weights(cout), stride, padding)
-
-    y = ops.relu(conv(x, 3, 64, 7, 2, 3))
-    y = ops.max_pool(y, 3, 2, 1)
-    cin = 64
-    for stage, (width, blocks) in enumerate(((64, 3), (128, 4), (256, 6), (512, 3))):
-        cout = 4 * width
+    for stage, blocks in enumerate(stages):
+        width = 64 * 2**stage
+        cout = 4 * width if bottleneck else width
         for block in range(blocks):
             stride = 2 if stage > 0 and block == 0 else 1
-            shortcut = conv(y, cin, cout, 1, stride, 0) if block == 0 else y
-            z = ops.relu(conv(y, cin, width, 1, 1, 0))
-            z = ops.relu(conv(z, width, width, 3, stride, 1))
-            z = conv(z, width, cout, 1, 1, 0)
+            shortcut = conv(y, cin, cout, 1, stride, 0) if stride != 1 or cin != cout else y
+            if bottleneck:
+                z = ops.relu(conv(y, cin, width, 1, 1, 0))
+                z = ops.relu(conv(z, width, width, 3, stride, 1))
+                z = conv(z, width, cout, 1, 1, 0)
+            else:
+                z = ops.relu(conv(y, cin, cout, 3, stride, 1))
+                z = conv(z, cout, cout, 3, 1, 1)
             y = ops.relu(ops.add(z, shortcut))
             cin = cout
-    y = ops.flatten(ops.global_avg_pool(y), 2048)
-    return ops.dense(y, weights(2048, classes, fan_in=2048), weights(classes))
+    y = ops.flatten(ops.global_avg_pool(y), cin)
+    return ops.dense(y, weights(cin, classes, fan_in=cin), weights(classes))
+
+
+def _resnet18(ops: Any, x: Any, weights: _Weights) -> Any:
+    """ResNet-18: basic blocks, 2 per stage."""
+    return _resnet(ops, x, weights, (2, 2, 2, 2), bottleneck=False)
+
+
+def _resnet50(ops: Any, x: Any, weights: _Weights) -> Any:
+    """ResNet-50: bottleneck blocks, 3, 4, 6 and 3 per stage."""
+    return _resnet(ops, x, weights, (3, 4, 6, 3), bottleneck=True)
 
 
 def _mobilenet_v2(ops: Any, x: Any, weights: _Weights, classes: int = 1000) -> Any:

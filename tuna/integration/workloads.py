@@ -43,6 +43,20 @@ def parse_tvmscript(text: str, what: str) -> tvm.IRModule:
     return parsed
 
 
+def network_task(spec: str | os.PathLike) -> tuple[str, str] | None:
+    """``(network, task)`` when ``spec`` names a tuning task of one of tuna's networks
+    (``"resnet50/max_pool2d"``), None otherwise (a file that exists or looks like TVMScript,
+    an Ansor name, an unknown network)."""
+    from .networks import NETWORKS
+
+    text = str(spec)
+    path = Path(text)
+    network, slash, task = text.partition("/")
+    if not slash or path.exists() or path.suffix in (".py", ".tvmscript", ".tir") or network not in NETWORKS:
+        return None
+    return network, task
+
+
 def load_workload(spec: str | os.PathLike) -> tvm.IRModule:
     """An IRModule from a built-in workload (``"GMM:1"``), a network's tuning task
     (``"resnet50/fused_conv2d_add_relu"``, see :func:`tuna.integration.networks.network_tasks`)
@@ -55,12 +69,11 @@ def load_workload(spec: str | os.PathLike) -> tvm.IRModule:
     """
     text = str(spec)
     path = Path(text)
-    network, slash, task = text.partition("/")
-    if slash and not path.exists() and path.suffix not in (".py", ".tvmscript", ".tir"):
-        from .networks import NETWORKS, task_module
+    named = network_task(text)
+    if named is not None:
+        from .networks import task_module
 
-        if network in NETWORKS:
-            return task_module(network, task)
+        return task_module(*named)
     if path.suffix in (".py", ".tvmscript", ".tir") or path.exists():
         if not path.exists():
             raise WorkloadError(f"workload file {text} does not exist")

@@ -28,7 +28,7 @@ from ...errors import TunaError, WorkloadError
 from ..analysis import apply_trace
 from ..intrinsics import load_tensor_intrinsics
 from ..tuning import tune
-from ..workloads import load_workload, plain_json, tvm_target, workload_names
+from ..workloads import load_workload, network_task, plain_json, tvm_target, workload_names
 from .timing import ROUNDS, MeasureError, Progress, Timer, check_runnable, compile_timer, report, time_interleaved
 
 logger = logging.getLogger("tuna")
@@ -177,8 +177,8 @@ def collect_pool(
 
     mod = load_workload(workload)  # unknown names, bad indices, unparsable files fail here
     name, _, index = str(workload).replace("-", ":").partition(":")
-    network_task = "/" in str(workload) and not Path(str(workload)).exists()
-    if not network_task and name.upper() not in workload_names():
+    is_task = network_task(workload) is not None
+    if not is_task and name.upper() not in workload_names():
         raise WorkloadError(
             f"pools are collected for built-in workloads NAME:INDEX or network tasks NETWORK/TASK, not {workload!r}"
         )
@@ -212,10 +212,10 @@ def collect_pool(
             if (i + 1) % 16 == 0 or i + 1 == len(timers):
                 report(progress, f"  {label}: {i + 1}/{len(timers)} timed")
         secs[label] = values
-    label: str | list[Any] = str(workload) if network_task else [name.upper(), int(index or 0)]
+    label: str | list[Any] = str(workload) if is_task else [name.upper(), int(index or 0)]
     return {
         "workload": label,
-        "family": family_of(str(workload) if network_task else name.upper(), mod.script()),
+        "family": family_of(str(workload) if is_task else name.upper(), mod.script()),
         "target": plain_json(dict(mach.target)),
         "tune_seconds": run.tune_seconds,
         "trials": trials,
