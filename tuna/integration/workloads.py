@@ -85,8 +85,11 @@ def load_workload(spec: str | os.PathLike) -> tvm.IRModule:
     name, _, index = text.replace("-", ":").partition(":")
     configs = workload_names()
     if name.upper() not in configs:
+        from .networks import NETWORKS
+
         raise WorkloadError(
-            f"unknown workload {text!r}: give NAME:INDEX with NAME one of {', '.join(configs)}, or a TVMScript file"
+            f"unknown workload {text!r}: give NAME:INDEX with NAME one of {', '.join(configs)}, a network's task "
+            f"NETWORK/TASK (networks: {', '.join(NETWORKS)}; `tuna bench tasks NETWORK`), or a TVMScript file"
         )
     name = name.upper()
     try:
