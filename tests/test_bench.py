@@ -199,3 +199,18 @@ def test_fit_rows_are_cycles_of_analysable_candidates_without_the_pool_left_out(
     assert lat[0] == pytest.approx(1e-3 * zen4.frequency_ghz * 1e9)
     rows, _, groups = bench.fit_rows(features, [a, b], zen4, leave_out="GMM-1")
     assert groups == ["SFM-1", "SFM-1"]
+
+
+def test_subsample_is_seeded_ordered_and_keeps_timings_with_traces():
+    cands = [{"trace": [[i], []], "secs_a": 1e-3 * (i + 1), "secs_b": 2e-3 * (i + 1)} for i in range(50)]
+    pool = bench.load_pool({"workload": "w", "target": {"kind": "llvm"}, "mod": "#", "candidates": cands})
+    one, again = bench.subsample(pool, 10, seed=3), bench.subsample(pool, 10, seed=3)
+    assert len(one) == 10 and one.traces == again.traces
+    assert one.traces != bench.subsample(pool, 10, seed=4).traces
+    kept = [t[0][0] for t in one.traces]
+    assert kept == sorted(kept)
+    assert np.allclose(one.secs_a, [1e-3 * (i + 1) for i in kept])
+    assert np.allclose(one.secs_b, [2e-3 * (i + 1) for i in kept])
+    assert bench.subsample(pool, 50) is pool
+    with pytest.raises(bench.PoolError, match="at least one"):
+        bench.subsample(pool, 0)

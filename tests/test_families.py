@@ -51,6 +51,8 @@ def main(lv: T.Buffer((T.int64(1), T.int64(96), T.int64(112), T.int64(112)), "fl
     ("mobilenetv2/fused_conv2d1", DEPTHWISE, "depthwise"),
     ("x/grouped", DEPTHWISE.replace("T.int64(96), T.int64(1)", "T.int64(96), T.int64(4)"), "group_conv2d"),
     ("x/pool", 'T.sblock("pad_temp") T.sblock("pool_max")', "pool"),
+    ("task05-conv2d_winograd", 'T.sblock("data_pack") T.sblock("bgemm") T.sblock("conv2d_winograd")',
+     "conv2d_winograd"),
     ("x/softmax", 'T.sblock("T_softmax_maxelem")', "softmax"),
     ("x/ln", 'T.sblock("T_layer_norm")', "layernorm"),
     ("x/reshape", 'T.sblock("root") T.sblock("T_reshape")', "layout"),
@@ -88,6 +90,10 @@ def test_pools_carry_their_family_and_machine():
                          "candidates": [{"trace": [], "secs_a": 1.0}]})
     shipped = [bench.load_pool(p) for p in bench.shipped_pools()]
     assert {bench.machine_key(p.machine) for p in shipped} == {"zen4"}
+    # an imported database names its device beside the pool: that is its machine
+    imported = {"workload": "task00", "target": {"kind": "cuda"}, "mod": "#", "device": "NVIDIA A100",
+                "second_timing": False, "candidates": [{"trace": [], "secs_a": 1.0}]}
+    assert bench.machine_key(bench.load_pool(imported).machine) == "NVIDIA A100"
 
 
 @pytest.mark.parametrize(("info", "preset_name", "key"), [

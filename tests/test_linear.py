@@ -45,7 +45,10 @@ def test_fit_holds_measured_coefficients_and_fits_the_rest():
     shipped_full = linear.coefficients(zen4, "full").values["call_block_ops"]
     assert shipped_full > 0 and linear.held(zen4, "ir") == {**physical, "call_block_ops": shipped_full}
     assert linear.coefficients(zen4, "ir").values["call_block_ops"] == shipped_full
-    assert linear.held(machine.preset("v100"), "ir") == {}
+    # On GPUs too the IR tier keeps its physical defaults; the full tier is fitted freely.
+    v100 = machine.preset("v100")
+    assert linear.held(v100, "ir") == dict(linear.default_coefficients(v100, "ir").values)
+    assert linear.held(v100, "full") == {}
     # Fitting both tiers at once: the full tier first, its call_block_ops held by the IR tier's fit.
     pairs = zip(rng.uniform(1e4, 1e6, 30), rng.uniform(0, 1e5, 30))
     rows = [{"compute_cycles": c, "call_block_ops": b} for c, b in pairs]

@@ -135,7 +135,9 @@ def _explain(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_pools(paths: list[str]):
+def _load_pools(paths: list[str], sample: int | None = None, seed: int = 0):
+    """The pools in ``paths`` (files or folders; the shipped ones if none), each cut to a
+    seeded random ``sample`` of its candidates where one is asked for."""
     from . import bench
 
     files: list[Path] = []
@@ -146,7 +148,8 @@ def _load_pools(paths: list[str]):
     if not files:
         raise TunaError(f"no pools in {', '.join(paths)}" if paths
                         else "no pools given and none shipped in tuna/data/pools")
-    return [bench.load_pool(f) for f in files]
+    pools = [bench.load_pool(f) for f in files]
+    return pools if sample is None else [bench.subsample(p, sample, seed) for p in pools]
 
 
 def _feature_progress(tier: str, pool, done: int, total: int, seconds: float) -> None:
@@ -205,7 +208,7 @@ def _bench_rank(args: argparse.Namespace) -> int:
     from . import bench
 
     _quiet_tvm()
-    pools = _load_pools(args.pools)
+    pools = _load_pools(args.pools, args.sample, args.seed)
     skip = {f.strip() for f in (args.skip_family or "").split(",") if f.strip()}
     pools = [p for p in pools if p.family not in skip]
     if not pools:
@@ -482,7 +485,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     from . import bench
 
     _quiet_tvm()
-    pools = _load_pools(args.pools)
+    pools = _load_pools(args.pools, args.sample)
     measured_on = bench.check_one_machine(pools, args.mix_machines)
     mach = machines.resolve(args.target, args.machine)
     if measured_on in machines.presets() and measured_on != mach.name and not args.mix_machines:
@@ -596,6 +599,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "pool are unchanged (a rerun then analyses nothing)")
     p.add_argument("--skip-family", help="operator families to leave out of the run, comma-separated "
                                          "(e.g. families set aside while developing)")
+    p.add_argument("--sample", type=int, metavar="N",
+                   help="use a seeded random N candidates of each larger pool (analyses too slow for whole "
+                        "pools: the GPU full tier compiles every candidate)")
     p.set_defaults(func=_bench_rank)
 
     p = bench_sub.add_parser("tasks", help="list a network's tuning tasks (what bench collect NETWORK/TASK takes)")
@@ -666,6 +672,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mix-machines", action="store_true",
                    help="allow pools measured on different machines in one run (refused by default)")
     p.add_argument("--features-cache", metavar="DIR", help="as for bench rank: reuse the features kept here")
+    p.add_argument("--sample", type=int, metavar="N",
+                   help="use a seeded random N candidates of each larger pool, as bench rank's --sample (seed 0)")
     p.add_argument("--machine", help="preset to model when the target has no data file")
     p.add_argument("--tiers", default="ir,full", help="tiers to fit (default ir,full)")
     p.add_argument("--output", "-o", required=True, help="coefficient file to write (tuna/data/coeffs/<preset>.toml)")

@@ -84,6 +84,8 @@ def held_terms(machine: Machine, tier: str, full: Mapping[str, float] | None = N
     """The coefficients :func:`held` names, each with the reason a coefficient file's header gives
     (:func:`to_toml`); adding a held term is one entry here."""
     if machine.kind != "cpu":
+        if tier == "ir":
+            return {t: Held(v, IR_UNFITTED_GPU) for t, v in default_coefficients(machine, tier).values.items()}
         return {}
     if tier == "full":
         physical = default_coefficients(machine, tier).values
@@ -105,6 +107,8 @@ def held_terms(machine: Machine, tier: str, full: Mapping[str, float] | None = N
 
 #: Why the IR tier's coefficients are physical defaults on CPUs (every term held).
 IR_UNFITTED = "physical default, not fitted: see linear.held"
+#: Why they are on GPUs too.
+IR_UNFITTED_GPU = "physical default, not fitted, as on CPUs: see linear.held"
 #: The terms the full tier's fit prices on CPUs (:func:`fit_ranking`); the others keep
 #: their physical default (:data:`FULL_UNFITTED`) or a measured value (:func:`held`).
 FULL_FITTED = ("compute_cycles", "l1_fill_cycles", "calls", "load_ops", "store_ops")
@@ -143,6 +147,15 @@ def held(machine: Machine, tier: str, full: Mapping[str, float] | None = None) -
     from the faster scalar form (tests/test_integration.py). Held, the families ranked by
     fits without them came out no worse (26 pools, mean over the 9 families: top-1 0.769 ->
     0.786, top-10 0.830 -> 0.833, tau 0.611 -> 0.615; this check saw the set-aside families).
+
+    On GPUs the IR tier is not fitted either, for the same reason. On the A100 ResNet-34
+    pools (2026-11-24, 256 candidates a pool; tasks 13, 14, 18 and 19 set aside), each of
+    the 15 others ranked by a fit on the other 14 came out a little better fitted (mean
+    top-1 0.78, top-10 0.79, tau 0.41) than unfitted (0.75, 0.77, 0.43), but the fit priced
+    issue and latency cycles at 0.005-0.014 and a launch at 5,700 cycles: it matched run
+    times, not orders. On the four set-aside tasks (a conv2d, a Winograd conv2d, dense,
+    softmax), that fit ranked worse than the physical defaults (top-1 0.65 against 0.69,
+    top-10 0.64 against 0.73, tau 0.53 against 0.59; dense top-10 0.11 against 0.46).
 
     The IR tier's ``call_block_ops`` is the full tier's coefficient (``full``: the full
     tier's coefficients fitted in the same run, else the shipped ones): the same quantity,

@@ -59,6 +59,8 @@ class GPUSpec:
     shared_banks: int
     bank_bytes: int
     l2_bytes: int
+    #: Bytes the L2 delivers to the SMs per clock; None where the data file gives no figure.
+    l2_bytes_per_clock: float | None = None
 
 
 @dataclass(frozen=True)
@@ -165,6 +167,7 @@ def _parse(name: str, data: dict[str, Any]) -> Machine:
                 shared_banks=data["shared_banks"],
                 bank_bytes=data["bank_bytes"],
                 l2_bytes=int(data["l2_kib"] * 1024),
+                l2_bytes_per_clock=float(data["l2_bytes_per_clock"]) if "l2_bytes_per_clock" in data else None,
             )
         caches = tuple(
             CacheLevel(

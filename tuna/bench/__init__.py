@@ -41,7 +41,7 @@ from .evaluation import (
 from .families import FAMILIES, family_of
 from .features import code_fingerprint, features_key, pool_features
 from .metrics import METRICS, a_peak, all_metrics, kendall_tau, picks, top_k_ratio
-from .pools import Pool, PoolError, load_pool, pool_files, pool_stem, shipped_pool, shipped_pools, write_pool
+from .pools import Pool, PoolError, load_pool, pool_files, pool_stem, shipped_pool, shipped_pools, subsample, write_pool
 from .ranking import predictions, rank_figure_title, rank_notes, rank_pools, tuna_scorers, xgb_scorer
 from .records import join_runs, machine_info, machine_key, meta, now, preset_of
 from .report import (
@@ -108,6 +108,7 @@ __all__ = [
     "shipped_pool",
     "shipped_pools",
     "split",
+    "subsample",
     "top_k_ratio",
     "train_size",
     "tuna_scorers",

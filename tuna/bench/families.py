@@ -30,8 +30,8 @@ ANSOR_FAMILIES: dict[str, str] = {
 }
 
 FAMILIES: tuple[str, ...] = (
-    "conv1d", "conv2d", "conv3d", "group_conv2d", "depthwise", "conv2d_transpose", "dense", "batch_matmul",
-    "pool", "softmax", "layernorm", "norm", "layout", "other",
+    "conv1d", "conv2d", "conv2d_winograd", "conv3d", "group_conv2d", "depthwise", "conv2d_transpose", "dense",
+    "batch_matmul", "pool", "softmax", "layernorm", "norm", "layout", "other",
 )
 
 _BLOCK = re.compile(r'T\.s?block\("(\w+)"\)')
@@ -73,6 +73,9 @@ def family_of(workload: str, script: str) -> str:
     blocks = set(_BLOCK.findall(script))
     if any(b.startswith("group_conv2d") or b.startswith("depth") for b in blocks):
         return "depthwise" if _one_channel_per_group(script) else "group_conv2d"
+    if any(b == "bgemm" or "winograd" in b for b in blocks):
+        # Winograd's transforms around a batched GEMM: another loop nest than a direct convolution.
+        return "conv2d_winograd"
     if any(b.startswith("conv2d_transpose") for b in blocks):
         return "conv2d_transpose"
     for prefix, family in (("conv3d", "conv3d"), ("conv2d", "conv2d"), ("conv1d", "conv1d")):

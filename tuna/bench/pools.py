@@ -17,10 +17,12 @@ evaluation) takes a :class:`Pool`; :func:`write_pool` writes one.
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import math
 import os
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -196,7 +198,8 @@ def load_pool(source: str | os.PathLike | Mapping[str, Any]) -> Pool:
     family = data.get("family") or family_of(workload[0], data["mod"])
     if not isinstance(family, str):
         raise PoolError(f"pool {src}: family must be a name, not {family!r}")
-    machine = data.get("machine") or {}
+    # An imported database names its device beside the pool, not in a machine record.
+    machine = data.get("machine") or ({"device": data["device"]} if isinstance(data.get("device"), str) else {})
     if not isinstance(machine, Mapping):
         raise PoolError(f"pool {src}: machine must be an object (lscpu's fields), not {machine!r}")
     return Pool(
@@ -216,6 +219,27 @@ def load_pool(source: str | os.PathLike | Mapping[str, Any]) -> Pool:
         family=family,
         machine=MappingProxyType(dict(machine)),
     )
+
+
+def subsample(pool: Pool, n: int, seed: int = 0) -> Pool:
+    """At most ``n`` of the pool's candidates, drawn at random (seeded per pool name), in
+    their order in the pool; the pool itself when it has no more than ``n``.
+
+    For analyses too slow to run on a whole pool (the GPU full tier compiles each candidate
+    with nvcc): the same ``n`` and ``seed`` draw the same candidates in every run, so a
+    features cache keyed on the traces (:func:`tuna.bench.features_key`) serves them again.
+    """
+    if n < 1:
+        raise PoolError(f"a sample needs at least one candidate, not {n}")
+    if len(pool) <= n:
+        return pool
+    keep = np.sort(np.random.default_rng([seed, zlib.crc32(pool.name.encode())]).permutation(len(pool))[:n])
+
+    def pick(values: np.ndarray) -> np.ndarray:
+        return _frozen(values[keep].tolist())
+
+    return dataclasses.replace(pool, traces=tuple(pool.traces[i] for i in keep), secs_a=pick(pool.secs_a),
+                               secs_b=pick(pool.secs_b), tuner_secs=pick(pool.tuner_secs))
 
 
 def write_pool(path: str | os.PathLike, data: Mapping[str, Any]) -> Pool:

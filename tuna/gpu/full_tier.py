@@ -14,7 +14,8 @@ For each kernel of a candidate:
   SMs leave SMs idle; warp latency hiding: resident blocks per SM from ptxas' registers
   and shared memory (:func:`tuna.gpu.ir_tier.occupancy`); each wave of resident blocks
   takes the longer of one warp's latency-bound cycles and the wave's issue cycles;
-- global memory: the per-block footprints of the TIR over the memory bandwidth.
+- global memory: the per-block footprints of the TIR through the L2, and each tensor once
+  through memory where they fit in the L2 (:func:`tuna.gpu.ir_tier.global_traffic`).
 
 The terms of :data:`tuna.linear.GPU_TERMS` are combined by the linear model with the
 target's coefficients.
@@ -23,16 +24,13 @@ target's coefficients.
 from __future__ import annotations
 
 import math
-import tomllib
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import cache
-from importlib import resources
 from types import MappingProxyType
 
 from .. import linear
-from ..errors import AnalysisError, TargetError
+from ..errors import AnalysisError
 from ..estimate import Estimate
 from ..ir import KernelIR, walk
 from ..machine import Machine
@@ -40,6 +38,7 @@ from . import banks, ir_tier
 from .banks import WarpAccess
 from .loops import LoopAnalysis, find_loops
 from .ptx import PtxKernel
+from .timing import GpuTiming, timing
 
 #: PTX classes -> the throughput class of the data files.
 _PIPE = {
@@ -54,46 +53,6 @@ _LATENCY = {
     "ld_shared": "ld_shared", "st_shared": "ld_shared", "shfl": "ld_shared", "ld_global": "ld_global",
     "ld_local": "ld_local", "atom": "ld_global", "bar": "bar", "int": "int", "imad": "imad", "fp64": "fp64",
 }
-
-
-@dataclass(frozen=True)
-class GpuTiming:
-    """Instruction timing of one GPU architecture (``tuna/data/gpu/<arch>.toml``)."""
-
-    arch: str
-    fallback_arch: str
-    subpartitions: int
-    throughput: Mapping[str, float]
-    latency: Mapping[str, float]
-
-
-@cache
-def _timings() -> Mapping[str, GpuTiming]:
-    found = {}
-    for entry in sorted(resources.files("tuna.data").joinpath("gpu").iterdir(), key=str):
-        if entry.name.endswith(".toml"):
-            data = tomllib.loads(entry.read_text())
-            found[data["arch"]] = GpuTiming(
-                data["arch"], data.get("fallback_arch", data["arch"]), int(data["subpartitions"]),
-                MappingProxyType(dict(data["throughput"])), MappingProxyType(dict(data.get("latency", {}))),
-            )
-    return MappingProxyType(found)
-
-
-def timing(machine: Machine) -> GpuTiming:
-    """The instruction timing of ``machine``'s architecture.
-
-    Raises
-    ------
-    TargetError
-        When ``tuna/data/gpu`` has no file for its ``arch``.
-    """
-    arch = str(machine.target.get("arch", ""))
-    found = _timings().get(arch)
-    if found is None:
-        have = ", ".join(_timings())
-        raise TargetError(f"no GPU instruction timing for arch {arch!r} in tuna/data/gpu (have {have})")
-    return found
 
 
 @dataclass(frozen=True)
@@ -268,9 +227,10 @@ def estimate(kernel: KernelIR, machine: Machine) -> Estimate:
         feats.update(issue_cycles=machine.frequency_ghz * 1e9, const=1.0)
         return Estimate(seconds=1.0, tier="full", features=MappingProxyType(dict(feats)))
     clock = machine.frequency_ghz * 1e9
-    traffic = ir_tier.global_bytes(kernel)
-    memory = traffic / (machine.memory_gbps * 1e9) * clock
-    feats["global_bytes"] = traffic
+    l2_bytes, dram_bytes = ir_tier.global_traffic(kernel, machine)
+    l2_cycles = l2_bytes / machine.gpu.l2_bytes_per_clock if machine.gpu.l2_bytes_per_clock else 0.0
+    memory = max(l2_cycles, dram_bytes / (machine.memory_gbps * 1e9) * clock)
+    feats.update(global_bytes=l2_bytes, dram_bytes=dram_bytes)
     feats["memory_cycles"] = max(0.0, memory - feats["issue_cycles"] - feats["latency_cycles"])
     tir_macs = tir_multiply_adds(kernel)
     feats["kernel_multiply_adds"] = macs

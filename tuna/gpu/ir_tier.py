@@ -1,10 +1,12 @@
 """The GPU IR tier: a static estimate of a CUDA schedule from its loop tree alone.
 
 Thread-bound loops give the grid and block shape; statements give the instructions each
-thread executes; allocations give shared memory per block and an estimate of registers.
-Occupancy follows the CUDA occupancy rules (threads, registers, shared memory and block
-limits per SM); time is the larger of the issue-bound and latency-bound compute time over
-the waves of blocks, and the global-memory traffic (per-block footprints) over bandwidth.
+thread executes; allocations give shared memory per block and an estimate of registers
+(capped as ptxas caps them under the kernel's launch bounds). Occupancy follows the CUDA
+occupancy rules (threads, registers, shared memory and block limits per SM). The terms:
+the busiest SM's issue cycles, one warp's latency not hidden by the other resident warps,
+and global traffic (per-block footprints through the L2, tensors once through memory)
+beyond the compute time.
 """
 
 from __future__ import annotations
@@ -13,16 +15,16 @@ import math
 from collections import Counter
 from types import MappingProxyType
 
+from .. import linear
 from ..estimate import Estimate
-from ..ir import KernelIR, LoopKind, walk
+from ..ir import KernelIR, Loop, LoopKind, walk
 from ..machine import Machine
 from .footprint import buffer_footprints
+from .timing import timing
 
 #: Registers a TVM kernel thread needs besides its local arrays (addresses, indices);
 #: an assumption of the IR tier, replaced by ptxas' figure in the full tier.
 BASE_REGISTERS = 32
-#: Kernel launch overhead, seconds.
-LAUNCH_SECONDS = 3e-6
 
 
 def occupancy(threads: int, registers: int, shared_bytes: int, machine: Machine) -> int:
@@ -57,8 +59,20 @@ def occupancy(threads: int, registers: int, shared_bytes: int, machine: Machine)
     return max(0, min(g.max_blocks_per_sm, by_warps, by_regs, by_smem))
 
 
-def global_bytes(kernel: KernelIR) -> int:
-    """Bytes the thread blocks move from global memory: each block's footprint of each tensor, times the blocks."""
+def global_traffic(kernel: KernelIR, machine: Machine) -> tuple[int, int]:
+    """Bytes the thread blocks read and write in global memory: ``(l2_bytes, dram_bytes)``.
+
+    ``l2_bytes``: each block's footprint of each tensor, times the blocks; what the L2
+    serves the SMs. A block's footprint of an access is its box (:func:`buffer_footprints`
+    over the loops inside the block) but never more than the bytes the block's accesses
+    name (its threads times their iterations): a subscript over fused loops (floor division
+    and modulo of ``blockIdx * n + threadIdx``) is bounded by whole dimensions as a box,
+    though a block reads a few hundred elements of it.
+
+    ``dram_bytes``: what crosses the memory interface. Where the tensors fit in the L2
+    together, each is read from memory once (at most its traffic); otherwise every block's
+    traffic goes to memory.
+    """
     extents: dict[str, int] = {}
     block_accesses = []
     for stmt, loops in walk(kernel.body):
@@ -66,9 +80,25 @@ def global_bytes(kernel: KernelIR) -> int:
             if (lp.thread or "").startswith("blockIdx"):
                 extents[lp.thread] = max(extents.get(lp.thread, 1), lp.extent)
         inner = {lp.var: lp.extent for lp in loops if not (lp.thread or "").startswith("blockIdx")}
-        block_accesses.extend((acc, inner) for acc in stmt.accesses if acc.scope == "global")
-    traffic = sum(buffer_footprints([acc], inner, 32)[acc.buffer] for acc, inner in block_accesses)
-    return traffic * math.prod(extents.values())
+        count = math.prod(inner.values())
+        block_accesses.extend((acc, inner, count) for acc in stmt.accesses if acc.scope == "global")
+    blocks = math.prod(extents.values())
+    traffic: Counter = Counter()
+    sizes: dict[str, int] = {}
+    for acc, inner, count in block_accesses:
+        box = buffer_footprints([acc], inner, 32)[acc.buffer]
+        traffic[acc.buffer] += min(box, count * acc.dtype_bytes) * blocks
+        sizes[acc.buffer] = math.prod(acc.shape) * acc.dtype_bytes
+    l2 = sum(traffic.values())
+    if sum(sizes.values()) <= machine.gpu.l2_bytes:
+        return l2, sum(min(t, sizes[b]) for b, t in traffic.items())
+    return l2, l2
+
+
+def global_bytes(kernel: KernelIR, machine: Machine) -> int:
+    """Bytes the thread blocks move between global memory (through the L2) and the SMs
+    (the first of :func:`global_traffic`)."""
+    return global_traffic(kernel, machine)[0]
 
 
 def _allocated(kernel: KernelIR, scope: str, outside: tuple[str, ...]) -> int:
@@ -95,12 +125,98 @@ def _allocated(kernel: KernelIR, scope: str, outside: tuple[str, ...]) -> int:
     return total
 
 
-def estimate(kernel: KernelIR, machine: Machine) -> Estimate:
-    """Predict the run time of ``kernel`` on the GPU ``machine`` from its loop tree."""
+#: Statement operation kinds (:mod:`tuna.integration.lower`) and accesses -> throughput
+#: classes of ``tuna/data/gpu/<arch>.toml``.
+_CLASS = {
+    "fma": "fp32", "add": "fp32", "mul": "fp32", "div": "special", "special": "special", "math": "special",
+    "cast": "cvt", "cmp": "int", "ld_shared": "ldst", "st_shared": "ldst", "ld_global": "ldst",
+    "st_global": "ldst", "spill": "ldst", "address": "int", "loop": "int",
+}
+#: Integer instructions per iteration of a loop that is not unrolled (increment, compare,
+#: branch) and per memory access (its address), as nvcc emits them for TVM's kernels.
+LOOP_INSTRUCTIONS = 3
+ADDRESS_INSTRUCTIONS = 1
+
+
+def _unrolled(nodes, budget: int = 0, found: set[int] | None = None) -> tuple[set[int], int]:
+    """``(ids of the loops that end up unrolled, steps)`` of a loop tree; steps: the most
+    statement executions along one path, what TVM's UnrollLoop weighs.
+
+    A loop is unrolled when its kind says so, or when an enclosing loop's
+    ``pragma_auto_unroll_max_step`` (``budget``) covers all of its steps; thread-bound loops
+    have no iterations of their own.
+    """
+    found = set() if found is None else found
+    steps = 0
+    for node in nodes:
+        if not isinstance(node, Loop):
+            steps += 1
+            continue
+        _, inner = _unrolled(node.body, max(budget, node.unroll_max_step), found)
+        if node.kind == LoopKind.THREAD:
+            steps += inner
+            continue
+        total = node.extent * inner
+        if node.kind in (LoopKind.UNROLLED, LoopKind.VECTORIZED) or total <= budget:
+            found.add(id(node))
+        steps += total
+    return found, steps
+
+
+def _rolled_iterations(nodes, unrolled: set[int], outer: int = 1) -> int:
+    """Iterations, per thread, of the serial loops left rolled (each costs loop control)."""
+    total = 0
+    for node in nodes:
+        if isinstance(node, Loop):
+            trips = 1 if node.kind == LoopKind.THREAD else node.extent
+            rolled = node.kind != LoopKind.THREAD and id(node) not in unrolled
+            total += (outer * trips if rolled else 0) + _rolled_iterations(node.body, unrolled, outer * trips)
+    return total
+
+
+def _space(acc) -> str:
+    return "shared" if acc.scope.startswith("shared") else "global" if acc.scope == "global" else "local"
+
+
+def registers(threads: int, local_bytes: int, machine: Machine) -> tuple[int, int]:
+    """``(registers per thread, spilled registers)`` of a kernel whose threads hold
+    ``local_bytes`` of local arrays.
+
+    TVM's CUDA code declares ``__launch_bounds__(threads)``, so ptxas keeps each thread to
+    the registers that let one block of that size run, and spills the rest to local memory.
+    """
     g = machine.gpu
+    wanted = BASE_REGISTERS + math.ceil(local_bytes / 4)
+    warps = math.ceil(threads / g.warp_size)
+    lanes = math.ceil(warps / g.warp_alloc_granularity) * g.warp_alloc_granularity * g.warp_size
+    cap = min(g.max_registers_per_thread, g.registers_per_sm // max(lanes, 1) // 8 * 8)
+    kept = min(wanted, cap)
+    return kept, wanted - kept
+
+
+def estimate(kernel: KernelIR, machine: Machine) -> Estimate:
+    """Predict the run time of ``kernel`` on the GPU ``machine`` from its loop tree.
+
+    Each thread's instructions come from its statements (operations, one address
+    computation per shared or global access, loop control where loops stay rolled; local
+    arrays live in registers, but for the share ptxas spills); the busiest SM issues its
+    blocks' warps' instructions at the architecture's per-class throughput
+    (``tuna/data/gpu/<arch>.toml``); a wave of resident blocks takes at least one warp's
+    latency-bound cycles, its loads' and operations' latencies one after another (on the
+    15 A100 development pools this ranked better than letting the loads of an unrolled loop
+    wait once: top-10 0.77 against 0.59, 256 candidates a pool); global traffic crosses the
+    L2 and, once per tensor where they fit in it, the memory interface. The terms of
+    :data:`tuna.linear.GPU_TERMS` combine with the target's ``ir`` coefficients.
+    """
+    g = machine.gpu
+    tab = timing(machine)
     extents: dict[str, int] = {}
     per_thread: Counter = Counter()
     feats: Counter = Counter()
+    unrolled, _ = _unrolled(kernel.body)
+    lat = machine.latency
+    read_latency = {"global": lat["ld_global"], "shared": lat["ld_shared"], "local": 0.0}
+    chain = 0.0
     for stmt, loops in walk(kernel.body):
         bound = [lp for lp in loops if lp.kind == LoopKind.THREAD]
         for lp in bound:
@@ -109,52 +225,63 @@ def estimate(kernel: KernelIR, machine: Machine) -> Estimate:
         for kind, n in stmt.ops:
             per_thread[kind] += n * serial
         for acc in stmt.accesses:
-            space = "shared" if acc.scope.startswith("shared") else "global" if acc.scope == "global" else "local"
+            space = _space(acc)
             per_thread[f"{'st' if acc.write else 'ld'}_{space}"] += serial
+            if space != "local":
+                per_thread["address"] += ADDRESS_INSTRUCTIONS * serial
+        # One warp's latency-bound cycles: each load's and operation's latency, one after another.
+        op_latency = lat["special"] if any(k in ("special", "math", "div") for k, _ in stmt.ops) else lat["fma"]
+        chain += serial * (sum(read_latency[_space(a)] for a in stmt.accesses if not a.write)
+                           + op_latency * sum(n for _, n in stmt.ops))
         feats["flops"] += stmt.op_count() * math.prod(lp.extent for lp in loops) * (1 + (stmt.op_count("fma") > 0))
+    per_thread["loop"] = LOOP_INSTRUCTIONS * _rolled_iterations(kernel.body, unrolled)
     blocks = math.prod(v for k, v in extents.items() if k.startswith("blockIdx"))
     threads = math.prod(v for k, v in extents.items() if k.startswith("threadIdx"))
     shared = _allocated(kernel, "shared", ("blockIdx",))
     local = _allocated(kernel, "local", ("blockIdx", "threadIdx"))
-    registers = BASE_REGISTERS + math.ceil(local / 4)
-    per_sm = occupancy(threads, registers, shared, machine)
-    feats.update(blocks=blocks, threads_per_block=threads, shared_bytes=shared, registers=registers)
-    feats["blocks_per_sm"] = per_sm
+    regs, spilled = registers(threads, local, machine)
+    # Local arrays are registers; the spilled share of their accesses goes to local memory.
+    local_accesses = per_thread.pop("ld_local", 0) + per_thread.pop("st_local", 0)
+    per_thread["spill"] = local_accesses * spilled / max(1, math.ceil(local / 4))
+    per_sm = occupancy(threads, regs, shared, machine)
+    feats.update(blocks=blocks, threads_per_block=threads, shared_bytes=shared, registers=regs,
+                 spilled_registers=spilled, blocks_per_sm=per_sm)
     if per_sm == 0:  # the block cannot run: a second of issue cycles ranks it last under any coefficients
         feats.update(infeasible=1, issue_cycles=machine.frequency_ghz * 1e9, launches=1, const=1)
         return Estimate(seconds=1.0, tier="ir", features=MappingProxyType(dict(feats)))
     warps = math.ceil(threads / g.warp_size)
-    waves = math.ceil(blocks / (per_sm * g.sms))
-    resident_warps = min(per_sm, math.ceil(blocks / g.sms)) * warps
-    lat = machine.latency
-    thread_instr = sum(per_thread.values())
-    thread_latency = (
-        (per_thread["fma"] + per_thread["add"] + per_thread["mul"]) * lat["fma"]
-        + (per_thread["special"] + per_thread["math"]) * lat["special"]
-        + (per_thread["ld_shared"] + per_thread["st_shared"]) * lat["ld_shared"]
-        + per_thread["ld_global"] * lat["ld_global"]
-    )
-    issue_rate = g.fp32_lanes_per_sm / g.warp_size  # warp instructions per cycle per SM
-    # Resident warps overlap their latencies; the SM is bound by the larger of issuing them all
-    # and one warp's dependent chain spread over the independent warps (ILP of about 4 per warp).
-    wave_cycles = max(resident_warps * thread_instr / issue_rate, thread_latency / 4)
-    compute = waves * wave_cycles / (machine.frequency_ghz * 1e9)
-    traffic = global_bytes(kernel)
-    memory = traffic / (machine.memory_gbps * 1e9)
+    busiest = math.ceil(blocks / g.sms)  # blocks on the busiest SM: fewer blocks than SMs idle the rest
+    other = tab.throughput["other"]
+    # SM issue cycles of one warp's instructions: 32 threads over the class's throughput per SM.
+    warp_issue = sum(n * g.warp_size / tab.throughput.get(_CLASS.get(k, "other"), other)
+                     for k, n in per_thread.items())
+    chain += per_thread["spill"] * lat.get("ld_local", lat["ld_global"])
+    block_issue = warps * warp_issue
+    latency, left = 0.0, busiest
+    while left > 0:  # waves of resident blocks: one warp's latency not hidden by the wave's issue work
+        wave = min(per_sm, left)
+        latency += max(0.0, chain - wave * block_issue)
+        left -= wave
+    issue = busiest * block_issue
+    l2_bytes, dram_bytes = global_traffic(kernel, machine)
+    clock = machine.frequency_ghz * 1e9
+    l2_cycles = l2_bytes / g.l2_bytes_per_clock if g.l2_bytes_per_clock else 0.0
+    dram_cycles = dram_bytes / (machine.memory_gbps * 1e9) * clock
     feats.update(
-        waves=waves,
-        resident_warps=resident_warps,
+        waves=math.ceil(busiest / per_sm),
+        resident_warps=min(per_sm, busiest) * warps,
         sm_utilization=min(1.0, blocks / g.sms),
-        thread_instructions=thread_instr,
-        thread_latency_cycles=thread_latency,
-        global_bytes=traffic,
-        compute_seconds=compute,
-        memory_seconds=memory,
+        thread_instructions=sum(per_thread.values()),
+        warp_issue_cycles=warp_issue,
+        warp_latency_cycles=chain,
+        global_bytes=l2_bytes,
+        dram_bytes=dram_bytes,
+        l2_cycles=l2_cycles,
+        dram_cycles=dram_cycles,
     )
     for key, value in per_thread.items():
         feats[f"thread_{key}"] = value
-    # The linear model's GPU terms, so tuna.linear (and `tuna bench rank`) can weigh this tier too.
-    clock = machine.frequency_ghz * 1e9
-    feats.update(issue_cycles=compute * clock, memory_cycles=max(0.0, memory - compute) * clock, launches=1, const=1)
-    seconds = max(compute, memory) + LAUNCH_SECONDS
+    feats.update(issue_cycles=issue, latency_cycles=latency,
+                 memory_cycles=max(0.0, max(l2_cycles, dram_cycles) - issue - latency), launches=1, const=1)
+    seconds = linear.seconds(feats, linear.coefficients(machine, "ir"), machine)
     return Estimate(seconds=seconds, tier="ir", features=MappingProxyType(dict(feats)))

@@ -23,7 +23,8 @@ from ..errors import AnalysisError, TunaError
 from ..gpu import nvcc
 from ..gpu import ptx as ptx_parser
 from ..gpu.banks import WarpAccess
-from ..gpu.full_tier import CompiledKernel, GpuCode, timing
+from ..gpu.full_tier import CompiledKernel, GpuCode
+from ..gpu.timing import timing
 from ..machine import Machine
 from .intrinsics import new_tune_context
 
