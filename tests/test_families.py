@@ -51,6 +51,8 @@ def main(lv: T.Buffer((T.int64(1), T.int64(96), T.int64(112), T.int64(112)), "fl
     ("mobilenetv2/fused_conv2d1", DEPTHWISE, "depthwise"),
     ("x/grouped", DEPTHWISE.replace("T.int64(96), T.int64(1)", "T.int64(96), T.int64(4)"), "group_conv2d"),
     ("x/pool", 'T.sblock("pad_temp") T.sblock("pool_max")', "pool"),
+    ("task18-T_matmul_NT", 'p0 = T.match_buffer(var_p0, (T.int64(1), T.int64(512)), "float32")\n'
+     'p1 = T.match_buffer(var_p1, (T.int64(1000), T.int64(512)), "float32")\nT.sblock("T_matmul_NT")', "dense"),
     ("task05-conv2d_winograd", 'T.sblock("data_pack") T.sblock("bgemm") T.sblock("conv2d_winograd")',
      "conv2d_winograd"),
     ("x/softmax", 'T.sblock("T_softmax_maxelem")', "softmax"),

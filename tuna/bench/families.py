@@ -35,7 +35,9 @@ FAMILIES: tuple[str, ...] = (
 )
 
 _BLOCK = re.compile(r'T\.s?block\("(\w+)"\)')
-_BUFFER = re.compile(r'(\w+): T\.Buffer\(\((.*?)\),\s*"')
+# A buffer and its shape: a parameter annotation (T.Buffer) or, in an imported database's
+# workload, a T.match_buffer of a handle.
+_BUFFER = re.compile(r'(\w+)(?::| =) T\.(?:Buffer|match_buffer)\((?:\w+, )?\((.*?)\),\s*"')
 
 
 def _rank(shape: str) -> int:
