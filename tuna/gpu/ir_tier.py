@@ -133,7 +133,8 @@ _CLASS = {
     "st_global": "ldst", "spill": "ldst", "address": "int", "loop": "int",
 }
 #: Integer instructions per iteration of a loop that is not unrolled (increment, compare,
-#: branch) and per memory access (its address), as nvcc emits them for TVM's kernels.
+#: branch) and per memory access (its address): assumptions of the IR tier; the full tier
+#: counts them in the PTX.
 LOOP_INSTRUCTIONS = 3
 ADDRESS_INSTRUCTIONS = 1
 
@@ -175,6 +176,7 @@ def _rolled_iterations(nodes, unrolled: set[int], outer: int = 1) -> int:
 
 
 def _space(acc) -> str:
+    """The memory an access goes to: "shared", "global" or "local" (registers)."""
     return "shared" if acc.scope.startswith("shared") else "global" if acc.scope == "global" else "local"
 
 
