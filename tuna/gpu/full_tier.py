@@ -184,12 +184,7 @@ def analyse_kernel(ck: CompiledKernel, machine: Machine, tab: GpuTiming) -> dict
     alone = warp_cycles(ck.ptx, loops, machine, tab, degree)
     busiest = math.ceil(ck.blocks / g.sms)  # blocks on the busiest SM: fewer blocks than SMs idle the rest
     block_issue = warps * warp_issue
-    latency = 0.0
-    left = busiest
-    while left > 0:  # waves of resident blocks: latency not hidden by the wave's issue work
-        wave = min(per_sm, left)
-        latency += max(0.0, alone - wave * block_issue)
-        left -= wave
+    latency = ir_tier.unhidden_latency(alone, block_issue, busiest, per_sm)
     feats.update(
         issue_cycles=busiest * block_issue,
         latency_cycles=latency,
@@ -228,8 +223,7 @@ def estimate(kernel: KernelIR, machine: Machine) -> Estimate:
         return Estimate(seconds=1.0, tier="full", features=MappingProxyType(dict(feats)))
     clock = machine.frequency_ghz * 1e9
     l2_bytes, dram_bytes = ir_tier.global_traffic(kernel, machine)
-    l2_cycles = l2_bytes / machine.gpu.l2_bytes_per_clock if machine.gpu.l2_bytes_per_clock else 0.0
-    memory = max(l2_cycles, dram_bytes / (machine.memory_gbps * 1e9) * clock)
+    memory = max(ir_tier.traffic_cycles(l2_bytes, dram_bytes, machine))
     feats.update(global_bytes=l2_bytes, dram_bytes=dram_bytes)
     feats["memory_cycles"] = max(0.0, memory - feats["issue_cycles"] - feats["latency_cycles"])
     tir_macs = tir_multiply_adds(kernel)

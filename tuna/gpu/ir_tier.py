@@ -95,6 +95,26 @@ def global_traffic(kernel: KernelIR, machine: Machine) -> tuple[int, int]:
     return l2, l2
 
 
+def traffic_cycles(l2_bytes: float, dram_bytes: float, machine: Machine) -> tuple[float, float]:
+    """``(l2_cycles, dram_cycles)``: the traffic over the L2's bandwidth (0 where the target
+    file gives none) and over the memory bandwidth, in SM clock cycles."""
+    per_clock = machine.gpu.l2_bytes_per_clock
+    l2 = l2_bytes / per_clock if per_clock else 0.0
+    return l2, dram_bytes / (machine.memory_gbps * 1e9) * (machine.frequency_ghz * 1e9)
+
+
+def unhidden_latency(warp_cycles: float, block_issue: float, blocks: int, per_sm: int) -> float:
+    """Cycles of one warp's latency-bound ``warp_cycles`` that the issue work of its wave of
+    resident blocks does not hide, summed over the waves of ``blocks`` blocks on one SM
+    (``per_sm`` resident at a time, ``block_issue`` issue cycles each)."""
+    latency, left = 0.0, blocks
+    while left > 0:
+        wave = min(per_sm, left)
+        latency += max(0.0, warp_cycles - wave * block_issue)
+        left -= wave
+    return latency
+
+
 def global_bytes(kernel: KernelIR, machine: Machine) -> int:
     """Bytes the thread blocks move between global memory (through the L2) and the SMs
     (the first of :func:`global_traffic`)."""
@@ -226,15 +246,17 @@ def estimate(kernel: KernelIR, machine: Machine) -> Estimate:
         serial = math.prod(lp.extent for lp in loops if lp.kind != LoopKind.THREAD)
         for kind, n in stmt.ops:
             per_thread[kind] += n * serial
+        # One warp's latency-bound cycles: each load's and operation's latency, one after another.
+        op_latency = lat["special"] if any(k in ("special", "math", "div") for k, _ in stmt.ops) else lat["fma"]
+        waits = op_latency * sum(n for _, n in stmt.ops)
         for acc in stmt.accesses:
             space = _space(acc)
             per_thread[f"{'st' if acc.write else 'ld'}_{space}"] += serial
             if space != "local":
                 per_thread["address"] += ADDRESS_INSTRUCTIONS * serial
-        # One warp's latency-bound cycles: each load's and operation's latency, one after another.
-        op_latency = lat["special"] if any(k in ("special", "math", "div") for k, _ in stmt.ops) else lat["fma"]
-        chain += serial * (sum(read_latency[_space(a)] for a in stmt.accesses if not a.write)
-                           + op_latency * sum(n for _, n in stmt.ops))
+            if not acc.write:
+                waits += read_latency[space]
+        chain += serial * waits
         feats["flops"] += stmt.op_count() * math.prod(lp.extent for lp in loops) * (1 + (stmt.op_count("fma") > 0))
     per_thread["loop"] = LOOP_INSTRUCTIONS * _rolled_iterations(kernel.body, unrolled)
     blocks = math.prod(v for k, v in extents.items() if k.startswith("blockIdx"))
@@ -259,16 +281,10 @@ def estimate(kernel: KernelIR, machine: Machine) -> Estimate:
                      for k, n in per_thread.items())
     chain += per_thread["spill"] * lat.get("ld_local", lat["ld_global"])
     block_issue = warps * warp_issue
-    latency, left = 0.0, busiest
-    while left > 0:  # waves of resident blocks: one warp's latency not hidden by the wave's issue work
-        wave = min(per_sm, left)
-        latency += max(0.0, chain - wave * block_issue)
-        left -= wave
+    latency = unhidden_latency(chain, block_issue, busiest, per_sm)
     issue = busiest * block_issue
     l2_bytes, dram_bytes = global_traffic(kernel, machine)
-    clock = machine.frequency_ghz * 1e9
-    l2_cycles = l2_bytes / g.l2_bytes_per_clock if g.l2_bytes_per_clock else 0.0
-    dram_cycles = dram_bytes / (machine.memory_gbps * 1e9) * clock
+    l2_cycles, dram_cycles = traffic_cycles(l2_bytes, dram_bytes, machine)
     feats.update(
         waves=math.ceil(busiest / per_sm),
         resident_warps=min(per_sm, busiest) * warps,
