@@ -15,7 +15,16 @@ def test_explain_prints_a_feature_breakdown(capsys, gmm_pool, tmp_path):
     trace.write_text(json.dumps(gmm_pool["candidates"][0]["trace"]))
     assert cli.main(["explain", "GMM:1", "--target", "zen4", "--trace", str(trace)]) == 0
     out = capsys.readouterr().out
-    assert "predicted" in out and "lanes_fma" in out and "8,388,608" in out
+    assert "predicted" in out and "bound by" in out and "untuned schedule" in out and "peak" in out
+    assert "lanes_fma" not in out  # raw features only on request
+    report, png = tmp_path / "r.json", tmp_path / "r.png"
+    assert cli.main(["explain", "GMM:1", "--target", "zen4", "--trace", str(trace), "--verbose",
+                     "--json", str(report), "--png", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "lanes_fma" in out and "8,388,608" in out
+    features = json.loads(report.read_text())["features"]
+    assert 8388608 in [v for k, v in features.items() if k.endswith("lanes_fma")]
+    assert png.stat().st_size > 1000
 
 
 def test_bad_input_gets_a_clear_message_and_exit_code_2(capsys):

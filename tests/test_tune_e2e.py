@@ -1,6 +1,7 @@
 """A real MetaSchedule tuning run for AArch64 on this x86 machine, nothing executed."""
 
 import io
+import json
 import logging
 import subprocess
 import sys
@@ -54,13 +55,20 @@ def test_cli_tune_for_this_cpu_reports_and_saves_the_pick(tmp_path):
     # In a fresh process: MetaSchedule's logging setup breaks on pytest's unnamed capture handlers
     # when a second tuning run starts in the same process.
     out = subprocess.run(
-        [sys.executable, "-m", "tuna.cli", "tune", "GMM:0", "--target", "zen4", "--trials", "8", "--per-iter", "8",
-         "--population", "64", "--work-dir", str(tmp_path)],
+        [sys.executable, "-m", "tuna.cli", "tune", "GMM:0", "--target", "zen4", "--target", "graviton2",
+         "--trials", "8", "--per-iter", "8", "--population", "64", "--work-dir", str(tmp_path), "--verbose"],
         capture_output=True, text=True, timeout=600,
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "8/8 candidates built and predicted" in out.stdout
-    assert "chosen schedule: predicted" in out.stdout and "lanes_fma" in out.stdout and "2,097,152" in out.stdout
+    assert out.stdout.count("8/8 candidates built and predicted") == 2
+    assert "bound by" in out.stdout and "faster than it" in out.stdout and "vs untuned" in out.stdout
+    assert "lanes_fma" in out.stdout and "2,097,152" in out.stdout  # --verbose: the raw features
+    # MetaSchedule's own console lines stay out of the report, for the second target too.
+    assert "[INFO]" not in out.stdout and "task_scheduler" not in out.stdout
+    for name in ("zen4", "graviton2"):
+        report = json.loads((tmp_path / f"GMM-0-{name}" / "report.json").read_text())
+        assert report["machine"] == name and report["speedup_over_untuned"] > 1 and report["features"]
+        assert (tmp_path / f"GMM-0-{name}" / "report.png").stat().st_size > 1000
     pick = tmp_path / "GMM-0-zen4" / "best_schedule.py"
     sch_mod = integration.load_workload(pick)
     from tvm import s_tir

@@ -53,30 +53,44 @@ def _quiet_tvm() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
-def _feature_table(features, indent: str = "    ") -> str:
-    lines = []
-    for key in sorted(features):
-        value = features[key]
-        text = f"{value:,.0f}" if abs(value) >= 100 else f"{value:.4g}"
-        lines.append(f"{indent}{key:<24}{text:>18}")
-    return "\n".join(lines)
+def _report_lines(report, verbose: bool, indent: str = "   ") -> list[str]:
+    """The report as the terminal shows it; the raw features too with ``--verbose``."""
+    from . import explain
+
+    lines = explain.format_report(report, indent)
+    if verbose:
+        lines += [f"{indent}raw features:", *explain.format_features(report.features, indent + "  ")]
+    return lines
+
+
+def _write_report(report, json_path: Path, png_path: Path) -> None:
+    """``report.json`` (raw features included) and its figure; a file that cannot be written is
+    a warning, the tuning result stands."""
+    data = report.to_json()
+    try:
+        json_path.write_text(json.dumps(data, indent=1))
+        _plots().bounds_figure(data).savefig(png_path, dpi=110)
+    except (OSError, TunaError) as err:
+        _stderr(f"   cannot write the report files: {err}")
 
 
 def _tune(args: argparse.Namespace) -> int:
     from . import integration
+    from .integration import reporting
 
-    _quiet_tvm()
     targets = args.target or ["zen4"]
     work_root = Path(args.work_dir)
+    workload = integration.load_workload(args.workload)
     summary = []
     for target in targets:
+        _quiet_tvm()  # MetaSchedule's logging set-up of the previous target turned its console to INFO
         mach = integration.as_machine(target, args.machine)
         print(f"== tuna tune {args.workload} for {mach.name} ({mach.title})")
         print(f"   TVM target {mach.target_json()}")
         print(f"   {args.trials} candidates, all predicted by static analysis; nothing runs on the target")
         work_dir = work_root / f"{Path(str(args.workload)).stem.replace(':', '-')}-{mach.name}"
         result = integration.tune(
-            args.workload,
+            workload,
             mach,
             work_dir,
             max_trials=args.trials,
@@ -89,30 +103,35 @@ def _tune(args: argparse.Namespace) -> int:
             cluster=args.cluster,
         )
         cm = result.cost_model
-        print(f"\n   chosen schedule: predicted {result.predicted_seconds * 1e6:,.1f} us per run")
         scored = (
             f"; cost model scored {cm.predicted} ({cm.failed} failed to analyse) in {cm.seconds:.2f} s"
             if cm.predicted
-            else " (the search scored its candidates in its workers)"
+            else ""
         )
-        print(f"   tuning time {result.tune_seconds:.1f} s; {result.trials} candidates built and predicted{scored}")
-        print("   feature breakdown of the chosen schedule:")
-        print(_feature_table(result.estimate.features, "     "))
+        print(f"\n   tuning time {result.tune_seconds:.1f} s; {result.trials} candidates built and predicted{scored}")
+        report = reporting.report(str(args.workload), workload, result.estimate, mach)
+        print("   the chosen schedule:")
+        print("\n".join(_report_lines(report, args.verbose, "     ")))
         trace_file = work_dir / "best_trace.py"
         trace_file.write_text(str(result.schedule.trace))
         tir_file = work_dir / "best_schedule.py"
         tir_file.write_text(result.schedule.mod.script())
-        print(f"   trace: {trace_file}\n   scheduled TIR: {tir_file}\n   database: {work_dir}\n")
-        summary.append((mach.name, result.predicted_seconds, result.tune_seconds, result.trials))
+        _write_report(report, work_dir / "report.json", work_dir / "report.png")
+        print(f"   trace: {trace_file}\n   scheduled TIR: {tir_file}\n   report with raw features: "
+              f"{work_dir / 'report.json'}, figure: {work_dir / 'report.png'}\n   database: {work_dir}\n")
+        summary.append((mach.name, report, result.tune_seconds, result.trials))
     print("== summary")
-    print(f"   {'target':<16}{'predicted us':>14}{'tune s':>10}{'trials':>8}")
-    for name, secs, tsecs, trials in summary:
-        print(f"   {name:<16}{secs * 1e6:>14,.1f}{tsecs:>10.1f}{trials:>8}")
+    print(f"   {'target':<16}{'predicted us':>14}{'bound by':>18}{'vs untuned':>12}{'tune s':>9}{'trials':>8}")
+    for name, report, tune_seconds, trials in summary:
+        x = f"{report.speedup:,.1f}x" if report.speedup else "-"
+        print(f"   {name:<16}{report.chosen.seconds * 1e6:>14,.1f}{report.chosen.bound:>18}{x:>12}"
+              f"{tune_seconds:>9.1f}{trials:>8}")
     return 0
 
 
 def _explain(args: argparse.Namespace) -> int:
     from . import integration
+    from .integration import reporting
 
     _quiet_tvm()
     mach = integration.as_machine(args.target or "zen4", args.machine)
@@ -129,9 +148,14 @@ def _explain(args: argparse.Namespace) -> int:
         start = time.perf_counter()
         est = integration.estimate_module(mod, mach, args.tier)
     elapsed = time.perf_counter() - start
-    print(f"{args.workload} on {mach.name}: predicted {est.seconds * 1e6:,.2f} us ({est.tier} tier, "
-          f"analysed in {elapsed * 1e3:.1f} ms)")
-    print(_feature_table(est.features, "  "))
+    what = "the schedule of --trace" if args.trace else "the workload as written"
+    print(f"{args.workload} on {mach.name} ({mach.title}), {what}, analysed in {elapsed * 1e3:.1f} ms:")
+    report = reporting.report(str(args.workload), mod, est, mach)
+    print("\n".join(_report_lines(report, args.verbose, "  ")))
+    if args.json:
+        _write(args.json, json.dumps(report.to_json(), indent=1))
+    if args.png:
+        _save_figure(_plots().bounds_figure(report.to_json()), args.png)
     return 0
 
 
@@ -571,6 +595,7 @@ def build_parser() -> argparse.ArgumentParser:
                                              "(default: one per physical core)")
     p.add_argument("--cluster", help="Dask scheduler for --search es: tcp://host:port, or local:N to start N "
                                      "local worker processes (bound to 127.0.0.1)")
+    p.add_argument("--verbose", "-v", action="store_true", help="print the raw features too (always in report.json)")
     p.set_defaults(func=_tune)
 
     p = sub.add_parser("explain", help="feature breakdown of one schedule")
@@ -579,6 +604,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--machine", help="preset to model when the target's mcpu/arch has no data file")
     p.add_argument("--trace", help="a MetaSchedule trace as JSON to apply first (as in the pools)")
     p.add_argument("--tier", default="ir", choices=TIERS, help="analysis tier (default ir)")
+    p.add_argument("--verbose", "-v", action="store_true", help="print the raw features too")
+    p.add_argument("--json", help="write the report, raw features included, as JSON here")
+    p.add_argument("--png", help="write a figure of the predicted time by bound (and the untuned schedule's) here")
     p.set_defaults(func=_explain)
 
     p = sub.add_parser("bench", help="benchmarks: ranking quality on measured pools")

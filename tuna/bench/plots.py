@@ -1,6 +1,7 @@
-"""Figures of the benchmarks, made with matplotlib's Agg backend (no display needed).
+"""Figures of the benchmarks and of the tuning report, made with matplotlib's Agg backend (no display needed).
 
-Functions here take the plain data the ``tuna bench`` commands write as JSON and return a
+Functions here take the plain data the ``tuna bench`` commands (and ``tuna tune``'s
+``report.json``) write as JSON and return a
 :class:`matplotlib.figure.Figure`; saving it is the caller's business (``tuna/cli.py``).
 This is the only module of tuna that imports matplotlib, and :mod:`tuna.bench` does not
 import it (it is slow to import): import ``tuna.bench.plots``.
@@ -179,4 +180,48 @@ def latency_figure(rows: Sequence[Mapping[str, Any]], group: str, title: str | N
     rel_ax.legend(fontsize=7, ncols=min(len(methods), 4))
     if title:
         fig.suptitle(title, fontsize=11)
+    return fig
+
+
+def bounds_figure(report: Mapping[str, Any], title: str | None = None) -> Figure:
+    """Predicted time by bound, the chosen schedule beside the untuned one.
+
+    Parameters
+    ----------
+    report : Mapping
+        A report as :meth:`tuna.explain.Report.to_json` gives it: ``chosen`` and ``untuned``
+        (None where it was not predicted), each with ``seconds``, ``bound`` and ``by_bound``.
+    title : str, optional
+        Figure title (default: the workload and the machine).
+
+    Returns
+    -------
+    Figure
+        Grouped bars: for each bound (and the total), its predicted microseconds in the
+        chosen and the untuned schedule, on a log scale (an untuned schedule is often 100x
+        slower); a bound a schedule does not have has no bar.
+    """
+    rows = [(name, report[name]) for name in ("chosen", "untuned") if report.get(name)]
+    bounds: list[str] = []
+    for _, one in rows:
+        bounds += [b["bound"] for b in one["by_bound"] if b["bound"] not in bounds]
+    groups = ["total", *bounds]
+    fig = Figure(figsize=(max(6.0, 1.1 * len(groups) + 2), 3.8), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    x = np.arange(len(groups))
+    width = 0.8 / len(rows)
+    for j, (name, one) in enumerate(rows):
+        per = {b["bound"]: b["seconds"] for b in one["by_bound"]}
+        values = [one["seconds"] * 1e6] + [per[b] * 1e6 if per.get(b) else math.nan for b in bounds]
+        bars = ax.bar(x + (j - (len(rows) - 1) / 2) * width, values, width,
+                      label=f"{name} ({one['seconds'] * 1e6:,.1f} us, bound by {one['bound']})")
+        ax.bar_label(bars, fmt="%.3g", fontsize=6)
+    ax.set_yscale("log")
+    ax.set_xticks(x, groups, fontsize=8)
+    ax.set_ylabel("predicted microseconds per run (log)", fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.legend(fontsize=7)
+    ax.set_title(title or f"{report.get('workload')} on {report.get('machine')}: predicted time by bound",
+                 fontsize=10)
     return fig
