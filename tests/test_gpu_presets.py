@@ -173,3 +173,15 @@ def test_full_tier_estimates_a_scheduled_kernel(name, matmul):
     # CUDA 13's nvcc compiles natively for all of sm_75, sm_86, sm_87 and sm_89.
     native = m.target["arch"] in nvcc.supported_archs(nvcc.find_nvcc())
     assert f["ptx_arch_substituted"] == float(not native)
+
+
+def test_tvm_tags_of_the_older_gpu_presets_resolve_to_them():
+    import tvm
+
+    for tag, name in [("nvidia/nvidia-a100", "a100"), ("nvidia/nvidia-h100", "h100"), ("nvidia/nvidia-v100", "v100"),
+                      ("nvidia/jetson-agx-xavier", "xavier")]:
+        assert machine.resolve(tag).name == name
+        found = machine.resolve(tvm.target.Target(tag))
+        assert found.name == name
+        # sm_90a (TVM's H100 tag) is timed as sm_90
+        assert timing(found).arch == machine.preset(name).target["arch"]

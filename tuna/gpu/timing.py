@@ -5,6 +5,7 @@ tiers read it: the IR tier for the statements of the loop tree, the full tier fo
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -46,10 +47,12 @@ def timing(machine: Machine) -> GpuTiming:
     Raises
     ------
     TargetError
-        When ``tuna/data/gpu`` has no file for its ``arch``.
+        When ``tuna/data/gpu`` has no file for its ``arch`` (nor for the base of an
+        architecture-specific ``sm_XXa``/``sm_XXf``).
     """
     arch = str(machine.target.get("arch", ""))
-    found = _timings().get(arch)
+    # sm_90a and the like add architecture-specific instructions to sm_90: the same timing.
+    found = _timings().get(arch) or _timings().get(re.sub(r"(?<=\d)[af]$", "", arch))
     if found is None:
         have = ", ".join(_timings())
         raise TargetError(f"no GPU instruction timing for arch {arch!r} in tuna/data/gpu (have {have})")
