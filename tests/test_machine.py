@@ -5,7 +5,9 @@ import pytest
 from tuna import machine
 from tuna.errors import TargetError, UnsupportedISAError
 
-REQUIRED = {"zen4", "zen5", "skylake-avx512", "graviton2", "cortex-a53", "v100", "a100", "h100", "xavier"}
+REQUIRED = {"zen4", "zen5", "skylake-avx512", "graviton2", "cortex-a53", "v100", "a100", "h100", "xavier",
+            "generic-x86-64", "generic-aarch64", "graviton3", "cortex-a72", "cascadelake", "icelake-server",
+            "sapphirerapids"}
 
 
 def test_presets_cover_the_required_targets():
@@ -45,7 +47,7 @@ def test_resolve_matches_targets_to_presets_and_keeps_overrides():
         ("zen9", TargetError, "unknown target preset 'zen9'"),
         ({"kind": "vulkan"}, TargetError, "cannot model target kind 'vulkan'"),
         ({"kind": "llvm", "mtriple": "riscv64-linux-gnu"}, UnsupportedISAError, "instruction set"),
-        ({"kind": "llvm", "num-cores": 2}, TargetError, "set 'mcpu'"),
+        ({"kind": "llvm", "mcpu": "znver3", "num-cores": 2}, TargetError, "nearest presets: zen4"),
         ({"mcpu": "znver4"}, TargetError, "no 'kind'"),
         ("{not json", TargetError, "does not parse"),
         (42, TargetError, "cannot read a target"),

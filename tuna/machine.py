@@ -2,14 +2,20 @@
 
 Each file names the sources of its figures in its comments; calling-convention facts per
 instruction set come from ``tuna/data/abi.toml``. The registry is built from the folder,
-so adding a target is adding a file. :func:`resolve` turns what a user passes as a target
-(a preset name or alias, a TVM target JSON dict or string, or a ``tvm.target.Target``)
-into a :class:`Machine`, which carries the TVM target dict to compile for. No TVM import.
+so adding a target is adding a file. A file may say ``based_on = "<preset>"`` and give only
+what differs from that preset (see :func:`_inherit`). :func:`resolve` turns what a user
+passes as a target (a preset name or alias, a TVM target tag, a TVM target JSON dict or
+string, or a ``tvm.target.Target``) into a :class:`Machine`, which carries the TVM target
+dict to compile for. A CPU target that names no ``mcpu`` gets the ISA's generic preset
+(``generic = true`` in its file), whose vector width follows the target's ``mattr``.
+No TVM import.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
+import logging
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -24,6 +30,10 @@ from .errors import TargetError, UnsupportedISAError
 _TRIPLE_ISA = {"x86_64": "x86-64", "amd64": "x86-64", "aarch64": "aarch64", "arm64": "aarch64"}
 SUPPORTED_ISAS = ("x86-64", "aarch64", "ptx")
 
+logger = logging.getLogger(__name__)
+#: Warnings already given in this process (each is said once).
+_WARNED: set[tuple[str, ...]] = set()
+
 
 @dataclass(frozen=True)
 class CacheLevel:
@@ -35,6 +45,38 @@ class CacheLevel:
     ways: int
     bytes_per_cycle: float
     shared: bool = False
+
+
+@dataclass(frozen=True)
+class VectorWidth:
+    """The vector width LLVM uses on a generic preset when the target enables some features.
+
+    Attributes
+    ----------
+    enabled_by : tuple of str
+        ``mattr`` features (``"+avx2"``; a trailing ``*`` matches any suffix) or ``mcpu``
+        names any one of which selects this width.
+    vector_bits : int
+        Register width of TVM's (explicit) vectors.
+    auto_vector_bits : int
+        Width LLVM's own loop vectorizer uses on loops TVM leaves serial.
+    vector_registers : int
+        Vector registers the enabled extension has.
+    """
+
+    enabled_by: tuple[str, ...]
+    vector_bits: int
+    auto_vector_bits: int
+    vector_registers: int
+
+    def enabled(self, mcpu: str, features: frozenset[str]) -> bool:
+        """Whether ``mcpu`` or one of the enabled ``features`` selects this width."""
+        for name in self.enabled_by:
+            if name == mcpu or name in features:
+                return True
+            if name.endswith("*") and any(f.startswith(name[:-1]) for f in features):
+                return True
+        return False
 
 
 @dataclass(frozen=True)
@@ -93,6 +135,18 @@ class Machine:
         ``vector_bits / datapath_bits`` passes, a narrower one at least one. Zen 4 runs
         512-bit instructions as two 256-bit passes, so its 256-bit instructions issue twice
         as fast as its 512-bit ones. Defaults to ``vector_bits``.
+    auto_vector_bits : int
+        Width of the vectors LLVM's own loop vectorizer forms from loops TVM leaves serial
+        (CPU), where it differs from the width of TVM's explicit vectors: LLVM tunes Intel
+        server cores for 256-bit vectors (``prefer-vector-width``), and vectorizes with
+        SVE on Neoverse V1 while TVM's vectors stay 128-bit NEON. Defaults to ``vector_bits``.
+    generic : bool
+        A generic core of the ISA: :func:`resolve` picks it for a CPU target naming no ``mcpu``.
+    vector_widths : tuple of VectorWidth
+        How the target's ``mattr``/``mcpu`` change the vector width (generic presets).
+    tvm_tags : Mapping
+        TVM target tags this preset stands for, each with the target TVM's tag registry
+        gives it (``tvm/target/tag_registry``).
     """
 
     name: str
@@ -116,18 +170,27 @@ class Machine:
     gpu: GPUSpec | None = None
     aliases: tuple[str, ...] = ()
     source: str = ""
+    auto_vector_bits: int = 0
+    generic: bool = False
+    vector_widths: tuple[VectorWidth, ...] = ()
+    tvm_tags: Mapping[str, Mapping[str, Any]] = field(default_factory=lambda: MappingProxyType({}))
 
     def width_cost(self, lanes: int, dtype_bytes: int) -> float:
         """Pipe time of one instruction on ``lanes`` elements, in full-width instructions:
-        its bits over the vector width, but at least one datapath pass (see ``datapath_bits``)."""
+        its bits over the vector width, but at least one datapath pass (see ``datapath_bits``).
+        An instruction wider than ``vector_bits`` (LLVM's own vectors, ``auto_vector_bits``)
+        counts as several full-width ones."""
         if not self.vector_bits:
             return 1.0
-        bits = max(min(lanes * dtype_bytes * 8, self.vector_bits), self.datapath_bits or self.vector_bits)
+        widest = max(self.vector_bits, self.auto_vector_bits)
+        bits = max(min(lanes * dtype_bytes * 8, widest), self.datapath_bits or self.vector_bits)
         return bits / self.vector_bits
 
-    def lanes(self, dtype_bytes: int) -> int:
-        """SIMD lanes of a full vector register for elements of ``dtype_bytes``."""
-        return max(1, self.vector_bits // (8 * dtype_bytes))
+    def lanes(self, dtype_bytes: int, auto: bool = False) -> int:
+        """SIMD lanes of a full vector register for elements of ``dtype_bytes``; with ``auto``,
+        of the vectors LLVM's loop vectorizer forms (``auto_vector_bits``)."""
+        bits = (self.auto_vector_bits or self.vector_bits) if auto else self.vector_bits
+        return max(1, bits // (8 * dtype_bytes))
 
     def target_json(self) -> str:
         """The TVM target as a JSON string."""
@@ -200,26 +263,85 @@ def _parse(name: str, data: dict[str, Any]) -> Machine:
             callee_saved_gprs=int(_abi().get(data["isa"], {}).get("callee_saved_gprs", 0)),
             datapath_bits=int(data.get("datapath_bits", data.get("vector_bits", 0))),
             gpu=gpu,
-            aliases=tuple(data.get("aliases", ())),
+            aliases=tuple(a.lower() for a in data.get("aliases", ())),
             source=name,
+            auto_vector_bits=int(data.get("auto_vector_bits", data.get("vector_bits", 0))),
+            generic=bool(data.get("generic", False)),
+            vector_widths=tuple(
+                VectorWidth(
+                    enabled_by=tuple(str(e).lower() for e in w["enabled_by"]),
+                    vector_bits=int(w["vector_bits"]),
+                    auto_vector_bits=int(w.get("auto_vector_bits", w["vector_bits"])),
+                    vector_registers=int(w.get("vector_registers", data.get("vector_registers", 0))),
+                )
+                for w in data.get("vector_widths", ())
+            ),
+            tvm_tags=MappingProxyType(
+                {tag.lower(): MappingProxyType(dict(cfg)) for tag, cfg in data.get("tvm_tags", {}).items()}
+            ),
         )
     except KeyError as err:
         raise TargetError(f"target data file {name} lacks the field {err}") from None
 
 
+#: Keys of a target file that say which preset it is: never taken from the preset it is based on.
+_OWN_KEYS = frozenset({"name", "title", "aliases", "tvm_tags", "target", "generic", "based_on"})
+
+
+def _inherit(parent: Mapping[str, Any], child: Mapping[str, Any]) -> dict[str, Any]:
+    """A target file's data over that of the preset it is ``based_on``.
+
+    The child's top-level values replace the parent's; its tables (``[throughput]``,
+    ``[latency]``, ``[memory]``) override the parent's key by key; its ``[[caches]]``
+    replace the parent's cache of the same ``level`` key by key. The keys naming the
+    preset (:data:`_OWN_KEYS`) are never inherited.
+    """
+    out = {k: v for k, v in parent.items() if k not in _OWN_KEYS}
+    for key, value in child.items():
+        old = out.get(key)
+        if key == "caches" and isinstance(old, list):
+            levels = {c["level"]: dict(c) for c in old}
+            for cache_ in value:
+                levels[cache_["level"]] = {**levels.get(cache_["level"], {}), **cache_}
+            out[key] = [levels[level] for level in sorted(levels)]
+        elif isinstance(value, dict) and isinstance(old, dict) and key not in _OWN_KEYS:
+            out[key] = {**old, **value}
+        else:
+            out[key] = value
+    return out
+
+
+def _resolved_data(stem: str, raw: Mapping[str, dict[str, Any]], seen: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The data of ``tuna/data/targets/<stem>.toml`` with its ``based_on`` chain applied."""
+    data = raw[stem]
+    parent = data.get("based_on")
+    if parent is None:
+        return dict(data)
+    if parent in seen or parent == stem:
+        chain = " -> ".join((*seen, stem, parent))
+        raise TargetError(f"target data file {stem}.toml: based_on forms a cycle ({chain})")
+    if parent not in raw:
+        known = ", ".join(sorted(raw))
+        raise TargetError(f"target data file {stem}.toml is based_on {parent!r}, which has no file; known: {known}")
+    return _inherit(_resolved_data(parent, raw, (*seen, stem)), data)
+
+
 @cache
 def presets() -> Mapping[str, Machine]:
     """All presets shipped in ``tuna/data/targets``, by name."""
-    found = {}
+    raw = {}
     for entry in sorted(resources.files("tuna.data").joinpath("targets").iterdir(), key=str):
         if entry.name.endswith(".toml"):
-            machine = _parse(entry.name, tomllib.loads(entry.read_text()))
-            found[machine.name] = machine
+            raw[entry.name[: -len(".toml")]] = tomllib.loads(entry.read_text())
+    found = {}
+    for stem in raw:
+        machine = _parse(f"{stem}.toml", _resolved_data(stem, raw))
+        found[machine.name] = machine
     return MappingProxyType(found)
 
 
 def preset(name: str) -> Machine:
-    """The preset called ``name`` (or one of its aliases).
+    """The preset called ``name`` (or one of its aliases or TVM target tags).
 
     Raises
     ------
@@ -228,7 +350,7 @@ def preset(name: str) -> Machine:
     """
     key = name.strip().lower()
     for machine in presets().values():
-        if key == machine.name or key in machine.aliases:
+        if key == machine.name or key in machine.aliases or key in machine.tvm_tags:
             return machine
     known = ", ".join(presets())
     raise TargetError(f"unknown target preset {name!r}; known presets: {known} (see `tuna targets`)")
@@ -276,8 +398,9 @@ def resolve(target: Any, machine: str | Machine | None = None) -> Machine:
     Parameters
     ----------
     target : str, dict or tvm.target.Target
-        A preset name or alias (``"zen4"``, ``"graviton2"``, ``"v100"``), a TVM target JSON
-        dict or string, or a ``tvm.target.Target``.
+        A preset name or alias (``"zen4"``, ``"graviton2"``, ``"v100"``), a TVM target tag
+        (``"raspberry-pi/4b-aarch64"``), a TVM target JSON dict or string (one with a
+        ``"tag"`` key is matched to the preset of that tag first), or a ``tvm.target.Target``.
     machine : str or Machine, optional
         The preset to model when the target's ``mcpu``/``arch`` names none, e.g. a CPU
         tuna has no data file for that behaves like one it has.
@@ -286,22 +409,41 @@ def resolve(target: Any, machine: str | Machine | None = None) -> Machine:
     -------
     Machine
         The preset, its ``target`` merged with what the caller gave (the caller wins), and
-        ``cores`` taken from the target's ``num-cores`` when given.
+        ``cores`` taken from the target's ``num-cores`` when given. A CPU target naming no
+        ``mcpu`` gets the ISA's generic preset (said once per process in a logged warning),
+        its vector width the one LLVM uses with the target's ``mattr``.
 
     Raises
     ------
     TargetError, UnsupportedISAError
         For an unknown preset, a target kind or instruction set tuna cannot model, or a
-        target whose micro-architecture is not known and no ``machine`` was named.
+        target whose micro-architecture is not known and no ``machine`` was named (the
+        message names the nearest presets).
     """
     if isinstance(target, str) and not target.strip().startswith("{"):
         base = preset(target)
-        return base if machine is None else replace(_as_machine(machine), target=base.target)
+        tag = target.strip().lower()
+        if tag in base.tvm_tags:
+            target = {"tag": tag}  # as TVM expands the tag
+        else:
+            return base if machine is None else replace(_as_machine(machine), target=base.target)
     given = _as_dict(target)
+    tagged = _tagged(given)
+    if tagged is not None:
+        config = tagged.tvm_tags.get(str(given["tag"]).lower()) or tagged.target
+        given = {**config, **given}
     if "kind" not in given:
+        if given.get("tag"):
+            raise TargetError(
+                f"tuna has no preset for the TVM target tag {given['tag']!r}: pass the tag's target as a dict "
+                "(tvm.target.Target(tag).export()) or name a preset with machine=... (see `tuna targets`)"
+            )
         raise TargetError(f"target {given} has no 'kind' (e.g. 'llvm' or 'cuda')")
     isa = _isa_of(given)
-    base = _as_machine(machine) if machine is not None else _match(given, isa)
+    if machine is not None:
+        base, chosen = _as_machine(machine), False
+    else:
+        base, chosen = (tagged, True) if tagged is not None else (_match(given, isa), True)
     if base.isa != isa:
         raise TargetError(f"target is {isa} but machine {base.name!r} is {base.isa}")
     merged = dict(base.target)
@@ -311,7 +453,64 @@ def resolve(target: Any, machine: str | Machine | None = None) -> Machine:
     cores = int(merged.get("num-cores", base.cores)) if base.kind == "cpu" else base.cores
     if base.kind == "cpu":
         merged["num-cores"] = cores
-    return replace(base, target=_freeze_target(merged), cores=cores)
+    resolved = _with_features(replace(base, target=_freeze_target(merged), cores=cores))
+    if chosen and resolved.generic:
+        _warn_once(
+            ("generic", resolved.name, str(resolved.vector_bits)),
+            "tuna: the target names no specific CPU (mcpu=%s), so LLVM compiles for a generic %s core; tuna "
+            "models it as %s with %s-bit vectors, its timing an assumption (see tuna/data/targets/%s); set "
+            "'mcpu' or machine=... for a specific CPU",
+            resolved.target.get("mcpu", "(none)"), resolved.isa, resolved.name, resolved.vector_bits, resolved.source,
+        )
+    return resolved
+
+
+def _warn_once(key: tuple[str, ...], message: str, *args: Any) -> None:
+    if key not in _WARNED:
+        _WARNED.add(key)
+        logger.warning(message, *args)
+
+
+def _tagged(given: Mapping[str, Any]) -> Machine | None:
+    """The preset whose alias or TVM tag is the target's ``tag`` (None without one)."""
+    tag = str(given.get("tag") or "").strip().lower()
+    if not tag:
+        return None
+    for candidate in presets().values():
+        if tag in candidate.tvm_tags or tag in candidate.aliases:
+            return candidate
+    return None
+
+
+def _with_features(machine: Machine) -> Machine:
+    """A generic preset with the vector width LLVM uses for the target's ``mcpu`` and ``mattr``."""
+    if not machine.vector_widths:
+        return machine
+    mcpu = str(machine.target.get("mcpu", "")).lower()
+    mattr = machine.target.get("mattr", ())
+    features: set[str] = set()
+    for item in [mattr] if isinstance(mattr, str) else mattr:
+        for feature in str(item).lower().split(","):
+            feature = feature.strip()
+            if feature.startswith("-"):  # a later "-x" undoes an earlier "+x"
+                features.discard("+" + feature[1:])
+            elif feature:
+                features.add(feature if feature.startswith("+") else "+" + feature)
+    width = max(
+        (w for w in machine.vector_widths if w.enabled(mcpu, frozenset(features))),
+        key=lambda w: w.vector_bits,
+        default=None,
+    )
+    if width is None:
+        return machine
+    return replace(
+        machine,
+        title=f"{machine.title}; {width.vector_bits}-bit vectors",
+        vector_bits=width.vector_bits,
+        datapath_bits=width.vector_bits,
+        auto_vector_bits=width.auto_vector_bits,
+        vector_registers=width.vector_registers,
+    )
 
 
 def _as_machine(machine: str | Machine) -> Machine:
@@ -319,16 +518,52 @@ def _as_machine(machine: str | Machine) -> Machine:
 
 
 def _match(target: Mapping[str, Any], isa: str) -> Machine:
-    key = str(target.get("arch" if isa == "ptx" else "mcpu", "")).lower()
-    for candidate in presets().values():
-        if candidate.isa != isa:
-            continue
-        own = str(candidate.target.get("arch" if isa == "ptx" else "mcpu", "")).lower()
-        if key and (key == own or key in candidate.aliases):
-            return candidate
-    names = [m.name for m in presets().values() if m.isa == isa]
     what = "arch" if isa == "ptx" else "mcpu"
-    raise TargetError(
-        f"no machine description for {what}={key or '(none)'} on {isa}: set '{what}' to one tuna "
-        f"knows ({', '.join(names)}) or name a preset to model with machine=..."
+    key = str(target.get(what, "")).strip().lower()
+    same_isa = [m for m in presets().values() if m.isa == isa]
+    if not key and isa != "ptx":
+        generic = [m for m in same_isa if m.generic]
+        if generic:
+            return generic[0]
+    found = [m for m in same_isa if key and (key == str(m.target.get(what, "")).lower() or key in m.aliases)]
+    if len(found) == 1:
+        return found[0]
+    if found:
+        return _pick(found, key, what)
+    raise TargetError(_unknown(key, what, isa, same_isa))
+
+
+def _pick(found: list[Machine], key: str, what: str) -> Machine:
+    """One of several presets for the same ``arch``/``mcpu``: the one that lists it among its
+    aliases (its file marks it the default), else the first by name; said once in a warning."""
+    found = sorted(found, key=lambda m: (key not in m.aliases, m.name))
+    chosen, others = found[0], [m.name for m in found[1:]]
+    _warn_once(
+        ("shared", what, key),
+        "tuna: %s=%s is the %s of several presets; modelling %s (%s), not %s: name the device with its TVM "
+        "tag (e.g. {'tag': ...}) or pass machine=... to choose",
+        what, key, what, chosen.name, chosen.title, ", ".join(others),
+    )
+    return chosen
+
+
+def _unknown(key: str, what: str, isa: str, same_isa: list[Machine]) -> str:
+    """The error message for an ``mcpu``/``arch`` no preset has, naming the nearest presets."""
+    names = {m.name: m.name for m in same_isa}
+    for m in same_isa:
+        names.update({alias: m.name for alias in m.aliases if "/" not in alias})
+        own = str(m.target.get(what, "")).lower()
+        if own:
+            names[own] = m.name
+    # most similar first, ties in name order (difflib.get_close_matches would put "znver5" before "znver4")
+    scores = {n: difflib.SequenceMatcher(None, key, n).ratio() for n in names} if key else {}
+    close = sorted((n for n, r in scores.items() if r >= 0.5), key=lambda n: (-scores[n], n))
+    nearest = list(dict.fromkeys(names[c] for c in close))[:3]
+    if not nearest:
+        nearest = [m.name for m in same_isa]
+    first = nearest[0] if nearest else "<preset>"
+    return (
+        f"no machine description for {what}={key or '(none)'} on {isa}; nearest presets: {', '.join(nearest)}. "
+        f"To model it as one of them pass machine={first!r} (resolve(target, machine=...), tune(..., "
+        f"machine=...), --machine), or set '{what}' to one tuna knows; `tuna targets` lists them all"
     )

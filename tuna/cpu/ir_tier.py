@@ -99,10 +99,12 @@ def statement_counts(
     that loop even where its subscript is invariant, since every iteration rewrites the buffer.
     """
     counts: Counter = Counter()
+    by_tvm = any(lp.kind == LoopKind.VECTORIZED for lp in loops)
     loops = codegen_loops(stmt, loops, machine, tvm)
     execs = math.prod(lp.extent for lp in loops)
     vec = _vector_loop(loops)
-    hw = machine.lanes(stmt.dtype_bytes)
+    # LLVM's own loop vectorizer may pick another width than TVM's vectors get (Machine.auto_vector_bits).
+    hw = machine.lanes(stmt.dtype_bytes, auto=vec is not None and not by_tvm)
     vl = vec.extent if vec else 1
     vinstr = math.ceil(vl / hw)
     # Pipe time of each instruction, in full-width instructions: a narrower vector issues

@@ -2,9 +2,11 @@
 
 Reads ``tuna/data/uarch/<preset>.toml`` (pipes, front-end and window sizes, and per timing
 class and operand width the latency, the pipes a micro-op may issue to and the reciprocal
-throughput, each with its source named in the file) into an immutable :class:`Uarch`. The
-timing classes themselves, and which instructions belong to them, are ISA facts
-(:mod:`tuna.cpu.isa`); this module holds no mnemonic.
+throughput, each with its source named in the file) into an immutable :class:`Uarch`. A file
+may say ``based_on = "<preset>"`` and give only what differs from that preset's file (a core
+shared by several presets is described once; see :func:`_inherit`). The timing classes
+themselves, and which instructions belong to them, are ISA facts (:mod:`tuna.cpu.isa`); this
+module holds no mnemonic.
 """
 
 from __future__ import annotations
@@ -178,6 +180,56 @@ def _class_timing(spec: Mapping, ports: tuple[str, ...], where: str) -> ClassTim
     return ClassTiming(latency, (group,), (rtp * len(group),), rtp)
 
 
+def _merge_class(parent: Mapping, child: Mapping) -> dict:
+    """One class's (or width's) timing over the parent's: the child's keys win, and a child
+    naming its pipes (``ports`` or ``uops``) drops both of the parent's."""
+    out = dict(parent)
+    if "ports" in child or "uops" in child:
+        out.pop("ports", None)
+        out.pop("uops", None)
+    for key, value in child.items():
+        if key.startswith("w") and isinstance(value, Mapping):
+            out[key] = _merge_class(out.get(key, {}), value)
+        else:
+            out[key] = value
+    return out
+
+
+def _inherit(parent: Mapping, child: Mapping) -> dict:
+    """A uarch file's data over the file it is ``based_on``.
+
+    Top-level values of the child (``name``, widths, ``ports``, ``[[scheduler]]``) replace
+    the parent's; each ``[class.X]`` the child gives is merged over the parent's class X by
+    :func:`_merge_class`; classes the child does not mention are the parent's.
+    """
+    out = {k: v for k, v in parent.items() if k not in ("class", "based_on")}
+    out.update({k: v for k, v in child.items() if k not in ("class", "based_on")})
+    classes = {k: dict(v) for k, v in parent.get("class", {}).items()}
+    for klass, spec in child.get("class", {}).items():
+        classes[klass] = _merge_class(classes.get(klass, {}), spec)
+    out["class"] = classes
+    return out
+
+
+def _uarch_data(name: str, seen: tuple[str, ...] = ()) -> dict:
+    """The data of ``tuna/data/uarch/<name>.toml`` with its ``based_on`` chain applied."""
+    path = resources.files("tuna.data").joinpath("uarch", f"{name}.toml")
+    if not path.is_file():
+        known = sorted(p.name[:-5] for p in resources.files("tuna.data").joinpath("uarch").iterdir()
+                       if p.name.endswith(".toml"))
+        what = f"{seen[-1]}.toml is based_on {name!r}, which has" if seen else f"preset {name!r} has"
+        raise TargetError(
+            f"no micro-architecture data: {what} no file tuna/data/uarch/{name}.toml; known: {', '.join(known)}"
+        )
+    data = tomllib.loads(path.read_text())
+    parent = data.get("based_on")
+    if parent is None:
+        return data
+    if parent in seen or parent == name:
+        raise TargetError(f"{name}.toml: based_on forms a cycle ({' -> '.join((*seen, name, parent))})")
+    return _inherit(_uarch_data(parent, (*seen, name)), data)
+
+
 @cache
 def load_uarch(name: str) -> Uarch:
     """Read ``tuna/data/uarch/<name>.toml`` (cached).
@@ -190,22 +242,16 @@ def load_uarch(name: str) -> Uarch:
     Returns
     -------
     Uarch
-        The pipes, front-end and window sizes, and a timing for every known class and width.
+        The pipes, front-end and window sizes, and a timing for every known class and width,
+        with what the file takes from the file it is ``based_on``.
 
     Raises
     ------
     TargetError
-        If there is no data file for the preset or it is malformed.
+        If there is no data file for the preset (or the one it is based on), the
+        ``based_on`` chain forms a cycle, or the data is malformed.
     """
-    path = resources.files("tuna.data").joinpath("uarch", f"{name}.toml")
-    if not path.is_file():
-        known = sorted(p.name[:-5] for p in resources.files("tuna.data").joinpath("uarch").iterdir()
-                       if p.name.endswith(".toml"))
-        raise TargetError(
-            f"no micro-architecture data for preset {name!r} (tuna/data/uarch/{name}.toml); "
-            f"known: {', '.join(known)}"
-        )
-    data = tomllib.loads(path.read_text())
+    data = _uarch_data(name)
     try:
         ports = tuple(data["ports"])
         classes = data["class"]
