@@ -4,7 +4,7 @@ The MetaSchedule adapters live in :mod:`tuna.integration`, the only package that
 TVM; they are loaded on first use so that ``tuna targets`` and the pure analyses start fast.
 """
 
-from .errors import AnalysisError, TargetError, TunaError, UnsupportedISAError, WorkloadError
+from .errors import AnalysisError, ExportError, TargetError, TunaError, UnsupportedISAError, WorkloadError
 from .estimate import Estimate
 from .machine import Machine, preset, presets, resolve
 from .tiers import analyze
@@ -12,12 +12,14 @@ from .tiers import analyze
 __version__ = "0.1.0"
 
 _LAZY = {"ESSearch", "TunaCostModel", "StaticRunner", "StaticBuilder", "tune", "TuneResult", "load_workload",
-         "kernel_from_module"}
+         "kernel_from_module", "export", "ExportInfo"}
 
 __all__ = [
     "AnalysisError",
     "ESSearch",
     "Estimate",
+    "ExportError",
+    "ExportInfo",
     "Machine",
     "StaticBuilder",
     "StaticRunner",
@@ -28,6 +30,7 @@ __all__ = [
     "UnsupportedISAError",
     "WorkloadError",
     "analyze",
+    "export",
     "kernel_from_module",
     "load_workload",
     "preset",
@@ -41,5 +44,5 @@ def __getattr__(name: str):
     if name in _LAZY:
         from . import integration
 
-        return getattr(integration, name)
+        return getattr(integration, "export_module" if name == "export" else name)
     raise AttributeError(f"module 'tuna' has no attribute {name!r}")

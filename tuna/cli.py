@@ -81,10 +81,18 @@ def _tune(args: argparse.Namespace) -> int:
     targets = args.target or ["zen4"]
     work_root = Path(args.work_dir)
     workload = integration.load_workload(args.workload)
+    machines_ = [integration.as_machine(t, args.machine) for t in targets]
+    exports = {}
+    if args.export:
+        from .integration import export
+
+        for mach in machines_:  # a file name the target has no format for is refused before tuning
+            out = Path(args.export)
+            exports[mach.name] = out if len(machines_) == 1 else out.with_name(f"{out.stem}-{mach.name}{out.suffix}")
+            export.check_path(exports[mach.name], mach)
     summary = []
-    for target in targets:
+    for mach in machines_:
         _quiet_tvm()  # MetaSchedule's logging set-up of the previous target turned its console to INFO
-        mach = integration.as_machine(target, args.machine)
         print(f"== tuna tune {args.workload} for {mach.name} ({mach.title})")
         print(f"   TVM target {mach.target_json()}")
         print(f"   {args.trials} candidates, all predicted by static analysis; nothing runs on the target")
@@ -119,6 +127,8 @@ def _tune(args: argparse.Namespace) -> int:
         _write_report(report, work_dir / "report.json", work_dir / "report.png")
         print(f"   trace: {trace_file}\n   scheduled TIR: {tir_file}\n   report with raw features: "
               f"{work_dir / 'report.json'}, figure: {work_dir / 'report.png'}\n   database: {work_dir}\n")
+        if mach.name in exports:
+            print("   " + str(result.export(exports[mach.name])).replace("\n", "\n   ") + "\n")
         summary.append((mach.name, report, result.tune_seconds, result.trials))
     print("== summary")
     print(f"   {'target':<16}{'predicted us':>14}{'bound by':>18}{'vs untuned':>12}{'tune s':>9}{'trials':>8}")
@@ -596,6 +606,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cluster", help="Dask scheduler for --search es: tcp://host:port, or local:N to start N "
                                      "local worker processes (bound to 127.0.0.1)")
     p.add_argument("--verbose", "-v", action="store_true", help="print the raw features too (always in report.json)")
+    p.add_argument("--export", metavar="FILE",
+                   help="write the tuned module for the target: .so, .tar or .o (CPUs); .so, .tar, .cu or .ptx "
+                        "(CUDA); with several targets each file is named FILE's stem-<target>")
     p.set_defaults(func=_tune)
 
     p = sub.add_parser("explain", help="feature breakdown of one schedule")

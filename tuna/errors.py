@@ -23,3 +23,7 @@ class AnalysisError(TunaError):
 
 class DatabaseError(TunaError, ValueError):
     """A MetaSchedule database that cannot be read or converted; the message names the file and line."""
+
+
+class ExportError(TunaError):
+    """A tuned module that cannot be compiled or written; the message names the file and the target."""

@@ -14,6 +14,7 @@ Laid out as the data flows, one folder per MetaSchedule extension point:
   measuring), and the :class:`Prediction` the search hands it;
 - :mod:`.search_strategy`: :class:`ESSearch`, tuna's evolution strategies for MetaSchedule;
 - :mod:`.tuning`: :func:`tune`;
+- :mod:`.export`: the tuned schedule compiled and written to deploy (:func:`export_module`);
 - :mod:`.measure` and :mod:`.networks`: real measurement for the benchmarks, and their scorers;
 - :mod:`.database_import`: MetaSchedule databases (older TVM releases too) as measured pools.
 """
@@ -29,6 +30,7 @@ from .analysis import (
 )
 from .builder import StaticBuilder
 from .cost_model import TunaCostModel
+from .export import ExportInfo, export_module
 from .intrinsics import load_tensor_intrinsics, new_tune_context
 from .lower import kernel_from_func, kernel_from_module
 from .measure import pool_features, pool_module, xgb_scores
@@ -41,6 +43,7 @@ __all__ = [
     "PREDICTION",
     "SIDECAR",
     "ESSearch",
+    "ExportInfo",
     "Prediction",
     "Predictions",
     "StaticBuilder",
@@ -52,6 +55,7 @@ __all__ = [
     "compile_objects",
     "estimate_module",
     "estimate_trace",
+    "export_module",
     "kernel_from_func",
     "kernel_from_module",
     "kernel_with_code",

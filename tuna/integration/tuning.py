@@ -59,6 +59,19 @@ class TuneResult:
     tune_seconds: float
     cost_model: Any
 
+    def export(self, path: str | os.PathLike, *, host: Any = None):
+        """Compile the chosen schedule for the machine and write it to ``path`` (``.so``, ``.tar``, ``.o``;
+        ``.cu``, ``.ptx`` for CUDA): :func:`tuna.integration.export.export_module`.
+
+        Returns
+        -------
+        ExportInfo
+            The file written and a line on loading it on the device (``info.note``).
+        """
+        from .export import export_module
+
+        return export_module(self, None, path, host=host)
+
 
 def tune(
     workload: str | tvm.IRModule | tirx.PrimFunc,
