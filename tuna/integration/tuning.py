@@ -18,6 +18,7 @@ from ..errors import TunaError
 from ..estimate import Estimate
 from ..machine import Machine
 from ..search.workers import check_cluster
+from . import work_dir as work_dirs
 from .analysis import estimate_module, runner_tier
 from .builder import StaticBuilder
 from .cost_model import TunaCostModel
@@ -118,6 +119,12 @@ def tune(
     Returns
     -------
     TuneResult
+
+    Raises
+    ------
+    WorkDirError
+        When another run holds ``work_dir``, it cannot be written, or its database is
+        damaged other than by a last record cut short (which is cut off, a copy kept).
     """
     if search not in ("evolutionary", "es"):
         raise TunaError(f"unknown search {search!r}; choose es or evolutionary")
@@ -133,33 +140,36 @@ def tune(
     runner = StaticRunner(mach)
     # The ES's re-ranking compiles and predicts its picks with the runner's tier already.
     known = Predictions()
-    os.makedirs(work_dir, exist_ok=True)
-    callbacks = ms.measure_callback.MeasureCallback.create("default")
-    if progress is not None:
-        callbacks = [*callbacks, _Progress(progress, max_trials, cost_model)]
-    if search == "es":
-        if cluster:
-            check_cluster(cluster)
-        strategy = es_strategy(mach, work_dir, population_size, seed, workers, cluster, progress, known)
-    else:
-        strategy = ms.search_strategy.EvolutionarySearch(population_size=population_size)
-    start = time.perf_counter()
-    database = ms.tune_tir(
-        mod,
-        tgt,
-        str(work_dir),
-        max_trials_global=max_trials,
-        num_trials_per_iter=num_trials_per_iter,
-        builder=StaticBuilder(known=known),
-        runner=runner,
-        cost_model=cost_model,
-        strategy=strategy,
-        measure_callbacks=callbacks,
-        num_tuning_cores=num_tuning_cores,
-        seed=seed,
-    )
-    elapsed = time.perf_counter() - start
-    sch = ms.tir_integration.compile_tir(database, mod, tgt)
+    with work_dirs.exclusive(work_dir):
+        # A run killed while writing leaves a record cut short; any other damage is refused here,
+        # named, before TVM reads the database (it raises an untyped error mid-file).
+        work_dirs.check_database(work_dir)
+        callbacks = ms.measure_callback.MeasureCallback.create("default")
+        if progress is not None:
+            callbacks = [*callbacks, _Progress(progress, max_trials, cost_model)]
+        if search == "es":
+            if cluster:
+                check_cluster(cluster)
+            strategy = es_strategy(mach, work_dir, population_size, seed, workers, cluster, progress, known)
+        else:
+            strategy = ms.search_strategy.EvolutionarySearch(population_size=population_size)
+        start = time.perf_counter()
+        database = ms.tune_tir(
+            mod,
+            tgt,
+            str(work_dir),
+            max_trials_global=max_trials,
+            num_trials_per_iter=num_trials_per_iter,
+            builder=StaticBuilder(known=known),
+            runner=runner,
+            cost_model=cost_model,
+            strategy=strategy,
+            measure_callbacks=callbacks,
+            num_tuning_cores=num_tuning_cores,
+            seed=seed,
+        )
+        elapsed = time.perf_counter() - start
+        sch = ms.tir_integration.compile_tir(database, mod, tgt)
     if sch is None:
         raise TunaError("tuning produced no valid schedule: every candidate failed to build or analyse")
     # The tier the runner predicted the candidates with, so the report agrees with the database.

@@ -1,0 +1,138 @@
+"""A tuning run's work directory: one run at a time, and a database TVM can read.
+
+MetaSchedule's JSON database appends one record a line; TVM reads it whole and stops with
+an untyped ``RuntimeError`` at the first line that does not parse. A run killed while
+writing leaves its last line cut short: :func:`check_database` cuts that line off (keeping
+a copy) so that the same command resumes, and refuses any other damage with the file and
+line named, before TVM reads it. :func:`exclusive` keeps a second run out of a work
+directory that a run is using (two writers would interleave their records).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from ..errors import TunaError
+
+logger = logging.getLogger(__name__)
+
+#: MetaSchedule's JSON database files in a work directory.
+WORKLOADS = "database_workload.json"
+RECORDS = "database_tuning_record.json"
+LOCK = ".tuna-lock"
+
+
+class WorkDirError(TunaError):
+    """A work directory that cannot be used: in use, unwritable, or its database damaged."""
+
+
+@contextlib.contextmanager
+def exclusive(work_dir: str | os.PathLike) -> Iterator[Path]:
+    """Hold ``work_dir`` for one tuning run (created if missing).
+
+    Raises
+    ------
+    WorkDirError
+        When it cannot be created or written, or another process holds it; the message
+        names the directory and the other process.
+    """
+    folder = Path(work_dir)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        handle = open(folder / LOCK, "a+")  # noqa: SIM115: held open for the run, closed below
+    except OSError as err:
+        raise WorkDirError(f"cannot use the work directory {folder}: {err.strerror or err}") from None
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            raise WorkDirError(f"the work directory {folder} is in use by another tuning run ({holder}); "
+                               "wait for it to finish or give another work directory") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()} since {time.strftime('%Y-%m-%d %H:%M:%S')}")
+        handle.flush()
+        yield folder
+    finally:
+        handle.close()  # closing releases the lock
+
+
+def _lines(path: Path) -> tuple[list[bytes], bool]:
+    data = path.read_bytes()
+    return data.split(b"\n"), data.endswith(b"\n") or not data
+
+
+def check_database(work_dir: str | os.PathLike) -> int:
+    """Check the JSON database in ``work_dir`` before TVM reads it, mending a cut last line.
+
+    Parameters
+    ----------
+    work_dir : path
+        A work directory; one without a database passes.
+
+    Returns
+    -------
+    int
+        Lines cut off (0 or 1 per file): each an incomplete last record, the trace of a run
+        killed while writing it, copied to ``<file>.torn-<time>`` before it is cut.
+
+    Raises
+    ------
+    WorkDirError
+        For a line that is not JSON anywhere but at the end of its file, a record whose
+        workload index is not in the workload file, or a file that cannot be read or
+        mended; the message names the file and the line.
+    """
+    folder = Path(work_dir)
+    cut = 0
+    workloads = 0
+    for name in (WORKLOADS, RECORDS):
+        path = folder / name
+        if not path.exists():
+            continue
+        try:
+            lines, complete = _lines(path)
+        except OSError as err:
+            raise WorkDirError(f"cannot read {path}: {err.strerror or err}") from None
+        body = lines[:-1] if complete else lines
+        for number, line in enumerate(body, start=1):
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except ValueError:
+                if number == len(body) and not complete:
+                    cut += _cut_last_line(path, lines)
+                    break
+                raise WorkDirError(f"{path} line {number} is not a JSON record (the database is damaged; "
+                                   "move the file away to start afresh, or mend the line)") from None
+            if name == WORKLOADS:
+                workloads += 1
+            elif not (isinstance(value, list) and value and isinstance(value[0], int) and 0 <= value[0] < workloads):
+                raise WorkDirError(f"{path} line {number} is not a tuning record of a workload in {WORKLOADS} "
+                                   "(the database is damaged; move the work directory away to start afresh)")
+    return cut
+
+
+def _cut_last_line(path: Path, lines: list[bytes]) -> int:
+    torn = path.with_name(f"{path.name}.torn-{time.strftime('%Y%m%d-%H%M%S')}")
+    try:
+        shutil.copyfile(path, torn)
+        with open(path, "r+b") as f:
+            f.truncate(sum(len(line) + 1 for line in lines[:-1]))
+    except OSError as err:
+        raise WorkDirError(f"{path} ends in a record cut short, and it cannot be mended: {err.strerror or err}") \
+            from None
+    logger.warning("%s ended in a record cut short (a run killed while writing it); cut off, the file as it was "
+                   "kept in %s", path, torn)
+    return 1
