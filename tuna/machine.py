@@ -457,7 +457,7 @@ def resolve(target: Any, machine: str | Machine | None = None) -> Machine:
     if chosen and resolved.generic:
         _warn_once(
             ("generic", resolved.name, str(resolved.vector_bits)),
-            "tuna: the target names no specific CPU (mcpu=%s), so LLVM compiles for a generic %s core; tuna "
+            "the target names no specific CPU (mcpu=%s), so LLVM compiles for a generic %s core; tuna "
             "models it as %s with %s-bit vectors, its timing an assumption (see tuna/data/targets/%s); set "
             "'mcpu' or machine=... for a specific CPU",
             resolved.target.get("mcpu", "(none)"), resolved.isa, resolved.name, resolved.vector_bits, resolved.source,
