@@ -31,3 +31,15 @@ def pytest_runtest_call(item):
     for handler in [h for h in log.handlers if h.get_name() is None]:
         log.removeHandler(handler)
     yield
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """MetaSchedule's logging set-up formats every handler's name and fails on pytest's unnamed
+    capture handlers once a tuning run in this process has added one: drop them before each
+    test's fixtures (module-scoped ones that tune included)."""
+    import logging
+
+    log = logging.getLogger("tvm.s_tir.meta_schedule")
+    for handler in [h for h in log.handlers if h.get_name() is None]:
+        log.removeHandler(handler)
