@@ -22,24 +22,22 @@ def gmm_pool():
     return json.loads(resources.files("tuna.data").joinpath("pools/GMM-1.json").read_text())
 
 
-@pytest.hookimpl(hookwrapper=True, trylast=True)
-def pytest_runtest_call(item):
+def _drop_unnamed_metaschedule_handlers() -> None:
     """MetaSchedule's logging set-up formats the name of every handler of its logger and fails on
-    unnamed ones; pytest's capture handlers end up on that logger once a tuning run has configured
-    it, so they are taken off right before each test body runs."""
+    unnamed ones; pytest's capture handlers end up on that logger once a tuning run has configured it."""
     log = logging.getLogger("tvm.s_tir.meta_schedule")
     for handler in [h for h in log.handlers if h.get_name() is None]:
         log.removeHandler(handler)
-    yield
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
-    """MetaSchedule's logging set-up formats every handler's name and fails on pytest's unnamed
-    capture handlers once a tuning run in this process has added one: drop them before each
-    test's fixtures (module-scoped ones that tune included)."""
-    import logging
+    """Before each test's fixtures: module-scoped ones that tune included."""
+    _drop_unnamed_metaschedule_handlers()
 
-    log = logging.getLogger("tvm.s_tir.meta_schedule")
-    for handler in [h for h in log.handlers if h.get_name() is None]:
-        log.removeHandler(handler)
+
+@pytest.hookimpl(hookwrapper=True, trylast=True)
+def pytest_runtest_call(item):
+    """Right before each test body runs."""
+    _drop_unnamed_metaschedule_handlers()
+    yield

@@ -2,26 +2,16 @@
 
 import io
 import json
-import logging
 import subprocess
 import sys
 import tarfile
 
-import pytest
 from elftools.elf.elffile import ELFFile
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.builder.local_builder import default_build, default_export
 
 import tuna
 from tuna import integration
-
-
-@pytest.fixture(autouse=True)
-def _unnamed_handlers_off_metaschedule_logger():
-    """pytest's capture handlers are unnamed; MetaSchedule's logging setup formats every handler's name."""
-    log = logging.getLogger("tvm.s_tir.meta_schedule")
-    for handler in [h for h in log.handlers if h.get_name() is None]:
-        log.removeHandler(handler)
 
 
 def _elf_machine(sch, target) -> str:

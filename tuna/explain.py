@@ -125,7 +125,8 @@ def breakdown(estimate: Estimate, machine: Machine) -> Breakdown:
     for term, coef in coeffs.values.items():
         cycles = coef * float(estimate.features.get(term, 0.0))
         if cycles > 0:
-            per[bounds.get(term, "compute")] = per.get(bounds.get(term, "compute"), 0.0) + cycles / clock
+            bound = bounds.get(term, "compute")
+            per[bound] = per.get(bound, 0.0) + cycles / clock
     total = sum(per.values())
     if total <= 0:
         shares = (Share("fixed cost", estimate.seconds, 1.0),)
