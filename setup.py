@@ -31,6 +31,6 @@ setup(
         "matplotlib",  # the figures of `tuna bench`
         "dask[distributed]>=2024.1,<2027",
     ],
-    extras_require={"test": ["pytest", "ruff"], "plots": ["matplotlib"]},
+    extras_require={"test": ["pytest", "ruff", "hypothesis>=6.100"], "plots": ["matplotlib"]},
     entry_points={"console_scripts": ["tuna = tuna.cli:main"]},
 )

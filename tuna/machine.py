@@ -450,7 +450,7 @@ def resolve(target: Any, machine: str | Machine | None = None) -> Machine:
     merged.update(given)
     if isa == "ptx":
         merged["arch"] = given.get("arch", base.target["arch"])
-    cores = int(merged.get("num-cores", base.cores)) if base.kind == "cpu" else base.cores
+    cores = _num_cores(merged.get("num-cores", base.cores)) if base.kind == "cpu" else base.cores
     if base.kind == "cpu":
         merged["num-cores"] = cores
     resolved = _with_features(replace(base, target=_freeze_target(merged), cores=cores))
@@ -463,6 +463,19 @@ def resolve(target: Any, machine: str | Machine | None = None) -> Machine:
             resolved.target.get("mcpu", "(none)"), resolved.isa, resolved.name, resolved.vector_bits, resolved.source,
         )
     return resolved
+
+
+def _num_cores(value: Any) -> int:
+    """A target's ``num-cores`` as a positive integer (TargetError for anything else)."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise TargetError(f"target num-cores must be a positive integer, not {value!r}")
+    try:
+        cores = int(value)
+    except ValueError:
+        raise TargetError(f"target num-cores must be a positive integer, not {value!r}") from None
+    if cores < 1:
+        raise TargetError(f"target num-cores must be a positive integer, not {value!r}")
+    return cores
 
 
 def _warn_once(key: tuple[str, ...], message: str, *args: Any) -> None:

@@ -144,8 +144,10 @@ def load_pool(source: str | os.PathLike | Mapping[str, Any]) -> Pool:
             data = json.loads(gzip.decompress(raw) if src.endswith(".gz") else raw)
         except OSError as err:  # gzip's BadGzipFile is one
             raise PoolError(f"cannot read pool {src}: {getattr(err, 'strerror', None) or err}") from None
-        except (json.JSONDecodeError, UnicodeDecodeError, EOFError) as err:
+        except (ValueError, EOFError, zlib.error) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             raise PoolError(f"pool {src} is not JSON: {err}") from None
+        except RecursionError:
+            raise PoolError(f"pool {src} is not a pool: its JSON nests too deeply") from None
     if not isinstance(data, Mapping):
         raise PoolError(f"pool {src} is not a pool: expected a JSON object, found {type(data).__name__}")
     missing = [k for k in ("workload", "target", "mod", "candidates") if k not in data]

@@ -18,7 +18,7 @@ import capstone
 from elftools.elf.elffile import ELFFile
 from elftools.elf.relocation import RelocationSection
 
-from ..errors import UnsupportedISAError
+from ..errors import AnalysisError, TunaError, UnsupportedISAError
 from ..ir import BasicBlock, Instruction, MachineCode
 from .isa import arithmetic_class
 
@@ -38,13 +38,31 @@ _MIN_ANONYMOUS_BYTES = 16
 _SHF_EXECINSTR = 0x4
 
 
-def read_functions(obj: bytes) -> list[tuple[str, str, int, bytes]]:
+def read_functions(obj: bytes, what: str = "the object code") -> list[tuple[str, str, int, bytes]]:
     """``(isa, name, address, code)`` of every function in an ELF object.
 
     Functions with a symbol come first; then each stretch of an executable section
     that no symbol covers, named ``anon@<section>+<offset>`` (the outlined bodies of
     parallel loops). Addresses are section offsets.
+
+    Raises
+    ------
+    UnsupportedISAError
+        For an object of another instruction set.
+    AnalysisError
+        Naming ``what`` for bytes that are not a readable ELF object.
     """
+    try:
+        return _read_functions(obj)
+    except TunaError:
+        raise
+    except Exception as err:  # pyelftools raises many kinds (ELFError, struct and construct errors, ...)
+        raise AnalysisError(
+            f"{what} ({len(obj)} bytes) is not a readable ELF object: {type(err).__name__}: {err}"
+        ) from None
+
+
+def _read_functions(obj: bytes) -> list[tuple[str, str, int, bytes]]:
     elf = ELFFile(io.BytesIO(obj))
     isa = _ELF_ISA.get(elf["e_machine"])
     if isa is None:
@@ -103,7 +121,10 @@ _NO_MEMORY = ("lea", "nop", "prefetch", "adr")
 def kernel_code(objects: list[bytes]) -> tuple[MachineCode, ...]:
     """The disassembled kernel functions of ELF ``objects`` (runtime helpers left out)."""
     return tuple(
-        disassemble(*fn) for obj in objects for fn in read_functions(obj) if not fn[1].startswith(RUNTIME_HELPERS)
+        disassemble(*fn)
+        for n, obj in enumerate(objects)
+        for fn in read_functions(obj, f"object file {n + 1} of {len(objects)}")
+        if not fn[1].startswith(RUNTIME_HELPERS)
     )
 
 

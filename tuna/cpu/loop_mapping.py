@@ -96,8 +96,9 @@ class FunctionMap:
 
 
 def kernel_functions(code: tuple[MachineCode, ...]) -> tuple[MachineCode, ...]:
-    """The functions that belong to the kernel (runtime helpers left out)."""
-    return tuple(f for f in code if not f.function.startswith(RUNTIME_HELPERS))
+    """The functions that belong to the kernel (runtime helpers and functions no instruction of which decodes
+    left out: a damaged object has nothing to weigh there)."""
+    return tuple(f for f in code if f.blocks and not f.function.startswith(RUNTIME_HELPERS))
 
 
 def _rolled(kernel: KernelIR) -> list[tuple[Loop, tuple[Loop, ...]]]:

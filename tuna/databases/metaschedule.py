@@ -129,9 +129,10 @@ def json_lines(path: Path) -> Iterator[tuple[int, Any]]:
                 if not line.strip():
                     continue
                 try:
-                    yield lineno, json.loads(line)
-                except json.JSONDecodeError as err:
-                    raise DatabaseError(f"{path}, line {lineno}: not JSON ({err})") from None
+                    row = json.loads(line)
+                except (ValueError, RecursionError) as err:  # also integers past Python's digit limit, deep nesting
+                    raise DatabaseError(f"{path}, line {lineno}: not JSON ({type(err).__name__}: {err})") from None
+                yield lineno, row
     except OSError as err:  # gzip.BadGzipFile is an OSError too
         raise DatabaseError(f"cannot read {path} (after line {lineno}): {err.strerror or err}") from None
     except (EOFError, zlib.error, UnicodeDecodeError) as err:

@@ -93,8 +93,11 @@ def block_names(graph: Mapping[str, Any]) -> list[tuple[str, bool]]:
     out = []
     for node in nodes:
         if isinstance(node, Mapping) and node.get("type_key") == "tir.Block":
-            a = node["attrs"]
-            out.append((nodes[int(a["name_hint"])].get("repr_str", ""), int(a.get("init", "0")) != 0))
+            try:
+                a = node["attrs"]
+                out.append((str(nodes[int(a["name_hint"])].get("repr_str", "")), int(a.get("init", "0")) != 0))
+            except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+                continue  # a block the module does not reach may be malformed; the names only label the pool
     return out
 
 
@@ -117,12 +120,13 @@ def module_script(graph: Mapping[str, Any], where: str) -> str:
     nodes = graph["nodes"]
     for i, node in enumerate(nodes):
         key = node.get("type_key") if isinstance(node, Mapping) else None
-        if key not in TYPE_KEYS:
+        if not isinstance(key, str) or key not in TYPE_KEYS:
             raise DatabaseError(f"{where}: node {i} has type key {key!r}, which tuna cannot read "
                                 f"(it reads TIR workloads: {', '.join(sorted(k for k in TYPE_KEYS if k))})")
     try:
         return _Writer(nodes, where).module(graph["root"])
-    except (KeyError, IndexError, TypeError, ValueError) as err:
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError, RecursionError) as err:
+        # A node's attributes of the wrong shape, a reference past the nodes, a cycle of references.
         raise DatabaseError(f"{where}: malformed node graph ({type(err).__name__}: {err})") from None
 
 

@@ -250,25 +250,36 @@ def _statements(body: str):
             yield "instr", " ".join(text.split())
 
 
-def parse(text: str) -> tuple[PtxKernel, ...]:
+def parse(text: str, what: str = "the PTX") -> tuple[PtxKernel, ...]:
     """Parse every ``.entry`` kernel of a PTX module.
+
+    Parameters
+    ----------
+    text : str
+        The PTX module.
+    what : str
+        The module's name in errors (a file, a candidate).
 
     Raises
     ------
     AnalysisError
-        When the text holds no ``.entry`` function.
+        Naming ``what`` when the text holds no ``.entry`` function, or an ``.entry`` without
+        its parameter list or body.
     """
     text = _COMMENT.sub("", text)
     starts = list(_ENTRY.finditer(text))
     if not starts:
-        raise AnalysisError("the PTX holds no .entry kernel")
+        raise AnalysisError(f"{what} holds no .entry kernel")
     kernels = []
     for n, m in enumerate(starts):
         end = starts[n + 1].start() if n + 1 < len(starts) else len(text)
         chunk = text[m.start():end]
-        close = chunk.index(")")
+        close = chunk.find(")")
+        open_brace = chunk.find("{", close)
+        if close < 0 or open_brace < 0:
+            # Truncated or mangled PTX: the entry has no closing ")" or no body.
+            raise AnalysisError(f"{what}: .entry {m.group(1)} has no {'parameter list' if close < 0 else 'body'}")
         params = tuple(p.group(1) for p in _PARAM.finditer(chunk[:close]))
-        open_brace = chunk.index("{", close)
         head, body = chunk[close:open_brace], chunk[open_brace + 1:]
         ntid = _MAXNTID.search(head)
         maxntid = tuple(int(g) for g in ntid.groups() if g) if ntid else ()

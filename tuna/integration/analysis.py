@@ -104,27 +104,57 @@ def runner_tier(machine: Machine) -> str:
     return "full" if machine.kind == "cpu" or nvcc.find_nvcc() is not None else "ir"
 
 
-def _check_decision_indices(trace_json: Any) -> None:
-    """AnalysisError for a decision that names no instruction of the trace.
+def _check_trace_json(trace_json: Any) -> None:
+    """AnalysisError for a trace whose JSON TVM would crash on rather than reject.
 
-    TVM 0.27 checks the rest of a trace's JSON itself, but reads a decision's instruction
-    index without a bounds check: an index past the instructions crashes the process.
+    TVM 0.27 turns some malformed traces into errors, but crashes the process (a segfault or
+    an abort) on others: a trace that is not ``[instructions, decisions]``, an instruction that
+    is not ``[kind, inputs, attributes, outputs]`` or holds a null, a decision that is not ``[index, value]``,
+    names no instruction of the trace (an index it reads without a bounds check), holds a null or
+    a tile of 0.
     """
-    try:
-        insts, decisions = trace_json
-        count = len(insts)
-        indices = [index for index, _ in decisions]
-    except (TypeError, ValueError):
-        return  # not [instructions, decisions]: TVM's own check says so
-    for index in indices:
+    def fail(what: str) -> AnalysisError:
+        return AnalysisError(f"the trace does not apply to the workload: {what}")
+
+    if not (isinstance(trace_json, (list, tuple)) and len(trace_json) == 2
+            and all(isinstance(part, (list, tuple)) for part in trace_json)):
+        raise fail("it is not [instructions, decisions]")
+    insts, decisions = trace_json
+    count = len(insts)
+    for n, inst in enumerate(insts):
+        if not (isinstance(inst, (list, tuple)) and len(inst) == 4 and isinstance(inst[0], str)
+                and all(isinstance(part, (list, tuple)) for part in inst[1:])):
+            raise fail(f"instruction {n} is not [kind, inputs, attributes, outputs]: {inst!r:.200}")
+        if not all(map(_plain, inst[1:])):
+            # Traces hold strings, numbers and lists of them; a null (in Split's attributes, say) crashes TVM.
+            raise fail(f"instruction {n} holds a null or an object: {inst!r:.200}")
+    for decision in decisions:
+        if not (isinstance(decision, (list, tuple)) and len(decision) == 2):
+            raise fail(f"a decision is not [instruction index, value]: {decision!r:.200}")
+        index, value = decision
         if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < count:
-            raise AnalysisError(f"the trace does not apply to the workload: a decision names instruction "
-                                f"{index!r}, but the trace has {count} instructions")
+            raise fail(f"a decision names instruction {index!r}, but the trace has {count} instructions")
+        if not (_is_int(value) or (isinstance(value, (list, tuple)) and all(_is_int(v) and v >= 1 for v in value))):
+            # A decision is an integer (a category, a compute location) or a list of tile sizes; a null one
+            # crashes TVM, and so does a tile of 0 (a division by zero).
+            raise fail(f"the decision of instruction {index} is {value!r:.100}, not an integer or a list of "
+                       "positive integers")
+
+
+def _plain(value: Any) -> bool:
+    """Whether ``value`` is a string, a number or a list of such (as deep as it goes)."""
+    if isinstance(value, (list, tuple)):
+        return all(map(_plain, value))
+    return isinstance(value, (str, int, float))
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def apply_trace(mod: tvm.IRModule, trace_json: Any) -> s_tir.Schedule:
     """The schedule a MetaSchedule trace (JSON) makes of ``mod``; AnalysisError if it does not apply."""
-    _check_decision_indices(trace_json)
+    _check_trace_json(trace_json)
     try:
         sch = s_tir.Schedule(mod)
         s_tir.Trace.apply_json_to_schedule(trace_json, sch)

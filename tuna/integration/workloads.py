@@ -95,9 +95,9 @@ def load_workload(spec: str | os.PathLike) -> tvm.IRModule:
     try:
         idx = int(index or 0)
     except ValueError:
-        raise WorkloadError(f"workload index {index!r} is not an integer") from None
+        raise WorkloadError(f"workload {text!r}: the index {index!r} is not an integer") from None
     if not 0 <= idx < configs[name]:
-        raise WorkloadError(f"workload {name} has configurations 0..{configs[name] - 1}, not {idx}")
+        raise WorkloadError(f"workload {text!r}: {name} has configurations 0..{configs[name] - 1}, not {idx}")
     return tvm.IRModule({"main": te_workload.create_te_workload(name, idx)})
 
 
