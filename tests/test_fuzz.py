@@ -408,7 +408,9 @@ REGRESSIONS: dict[str, Any] = {
     "database": _database_regressions,
     "workload": [("spec", "GMM:x"), ("spec", "gmm:99"), ("spec", "GMM:-1"), ("spec", "resnet50/nothing"),
                  (".tvmscript", b"\xff\xfe\x00")],
-    "target": [],
+    "target": [{"kind": "llvm", "num-cores": "znver4"}, {"kind": "llvm", "num-cores": None},
+               '{"arch": {}, "model": "sm_999", "mattr": 2163054037274412.0, "kind": "llvm"}',
+               {"kind": "llvm", "mcpu": 3}, {"kind": "cuda", "arch": ["sm_80"]}],
 }
 
 

@@ -20,12 +20,19 @@ def score_plain(state, payload):
     return float(payload * payload + state["offset"])
 
 
+def busy(seconds):
+    """Work (not wait) for ``seconds`` of this process's CPU time."""
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
+
 def score_faulty(state, payload):
-    """Crashes its process on multiples of 7, hangs on multiples of 11, raises on multiples of 13."""
+    """Crashes its process on multiples of 7, works for a minute on multiples of 11, raises on multiples of 13."""
     if payload % 7 == 0:
         os._exit(3)
     if payload % 11 == 0:
-        time.sleep(60)
+        busy(60)
     if payload % 13 == 0:
         raise ValueError("cannot score this one")
     return score_plain(state, payload)
@@ -57,7 +64,7 @@ def test_a_crash_a_hang_or_an_error_costs_only_its_candidate():
                 assert s == score_plain({"offset": 0.0}, p), p
         assert pool.crashed == sum(p % 7 == 0 for p in PAYLOADS)
         assert pool.timed_out == sum(p % 11 == 0 and p % 7 != 0 for p in PAYLOADS)
-        assert elapsed < 30  # three hangs of 2 s each, not of 60 s
+        assert elapsed < 30  # three hangs of 2 CPU seconds each, not of 60
         # The pool goes on after the faults, with fresh workers.
         assert pool([2, 3]) == [4.0, 9.0]
 
@@ -78,7 +85,7 @@ def setup_slow_when_told(_):
 
 def score_pid_hang_on_zero(state, payload):
     if payload == 0:
-        time.sleep(60)
+        busy(60)
     time.sleep(0.1)
     return float(state["pid"])
 
@@ -92,6 +99,54 @@ def test_the_others_go_on_scoring_while_a_replacement_sets_up(monkeypatch):
         assert scores[0] == WORST_SCORE and pool.timed_out == 1
         # The survivor scored all the rest (4 s of work) without waiting 30 s for the new worker.
         assert len(set(scores[1:])) == 1 and time.monotonic() - start < 20
+
+
+def score_sleepy(state, payload):
+    """Waits (no CPU time) on 0, works 0.05 s otherwise."""
+    if payload == 0:
+        time.sleep(60)
+    busy(0.05)
+    return float(payload)
+
+
+def test_a_worker_that_waits_is_stopped_by_the_wall_clock_backstop(monkeypatch):
+    monkeypatch.setattr(workers, "MIN_WALL_SECONDS", 3.0)
+    with workers.ProcessPool(setup_offset, score_sleepy, 0.0, workers=2, timeout=0.2) as pool:
+        start = time.monotonic()
+        assert pool([0, 1]) == [WORST_SCORE, 1.0]  # a wall limit of 3 s
+        assert pool.timed_out == 1 and time.monotonic() - start < 30
+
+
+def score_work(state, payload):
+    busy(payload)
+    return float(payload)
+
+
+def _burn():
+    end = time.monotonic() + 120
+    while time.monotonic() < end:
+        pass
+
+
+def test_the_limit_counts_work_so_load_does_not_decide_what_is_dropped():
+    """A candidate within its CPU-time limit scores under a load that stretches its wall time past it."""
+    import multiprocessing
+
+    with workers.ProcessPool(setup_offset, score_work, 0.0, workers=1, timeout=1.5) as pool:
+        pool.start()
+        burners = [multiprocessing.get_context("spawn").Process(target=_burn, daemon=True)
+                   for _ in range(3 * (os.cpu_count() or 1))]
+        for b in burners:
+            b.start()
+        try:
+            start = time.monotonic()
+            scores = pool([1.0, 1.0, 5.0])
+            loaded = (time.monotonic() - start) / 7.0  # wall seconds per CPU second of work
+        finally:
+            for b in burners:
+                b.kill()
+    assert scores == [1.0, 1.0, WORST_SCORE] and pool.timed_out == 1
+    assert loaded > 1.5, "the load did not stretch the wall time; the test proves nothing"
 
 
 def test_a_search_goes_on_through_faulty_candidates():
@@ -134,3 +189,19 @@ def test_dask_local_cluster_gives_the_single_process_search():
 def test_bad_cluster_addresses_fail_before_tuning_with_a_tuna_error(address):
     with pytest.raises(TunaError, match=r"cluster|scheduler"):
         workers.check_cluster(address)
+
+
+def test_on_dask_a_crash_a_hang_or_an_error_costs_only_its_candidate():
+    payloads = list(range(1, 27))
+    with workers.DaskEvaluator("local:2", setup_offset, score_faulty, 0.0, timeout=2.0) as dask_eval:
+        start = time.monotonic()
+        scores = dask_eval(payloads)
+        elapsed = time.monotonic() - start
+        for p, s in zip(payloads, scores):
+            if p % 7 == 0 or p % 11 == 0 or p % 13 == 0:
+                assert s == WORST_SCORE, p
+            else:
+                assert s == score_plain({"offset": 0.0}, p), p
+        assert elapsed < 120  # two hangs ended after 2 CPU seconds each, not the batch's backstop
+        # The restarted workers go on scoring.
+        assert dask_eval([2, 3]) == [4.0, 9.0]

@@ -81,3 +81,18 @@ def test_tune_refuses_a_damaged_database_before_tvm_reads_it(tmp_path):
     write_db(tmp_path, [["hash", {}]], '[0, []]\nnot json\n[0, []]\n')
     with pytest.raises(TunaError, match="line 2"):
         tuna.tune("GMM:0", "zen4", tmp_path, max_trials=8, workers=1)
+
+
+def test_a_damaged_search_state_is_refused_naming_the_file(tmp_path):
+    from tuna.integration.search_strategy import STATE_FILE
+
+    tuna.tune("GMM:0", "zen4", tmp_path, max_trials=8, num_trials_per_iter=8, population_size=64, workers=1)
+    state = tmp_path / STATE_FILE
+    records = (tmp_path / RECORDS).read_text()
+    fingerprint = json.loads(state.read_text())["fingerprint"]
+    for damage in (state.read_text()[:40], json.dumps({"fingerprint": fingerprint, "es": 5}), "[]"):
+        state.write_text(damage)
+        with pytest.raises(TunaError, match=f"{STATE_FILE} is damaged"):
+            tuna.tune("GMM:0", "zen4", tmp_path, max_trials=16, num_trials_per_iter=8, population_size=64,
+                      workers=1)
+        assert (tmp_path / RECORDS).read_text() == records  # nothing lost, nothing added

@@ -428,6 +428,7 @@ def resolve(target: Any, machine: str | Machine | None = None) -> Machine:
         else:
             return base if machine is None else replace(_as_machine(machine), target=base.target)
     given = _as_dict(target)
+    _check_fields(given)
     tagged = _tagged(given)
     if tagged is not None:
         config = tagged.tvm_tags.get(str(given["tag"]).lower()) or tagged.target
@@ -463,6 +464,25 @@ def resolve(target: Any, machine: str | Machine | None = None) -> Machine:
             resolved.target.get("mcpu", "(none)"), resolved.isa, resolved.name, resolved.vector_bits, resolved.source,
         )
     return resolved
+
+
+#: Target fields that are strings, and those that are a string or a list of strings, in TVM's schema.
+_TEXT_FIELDS = ("kind", "mcpu", "mtriple", "mabi", "arch", "model", "tag", "device")
+_TEXT_LIST_FIELDS = ("mattr", "keys", "libs")
+
+
+def _check_fields(given: Mapping[str, Any]) -> None:
+    """TargetError for a target field whose value TVM would not take (a number for ``mcpu``, ...)."""
+    for key in _TEXT_FIELDS:
+        if key in given and not isinstance(given[key], str):
+            raise TargetError(f"target field {key!r} must be a string, not {given[key]!r:.80}")
+    for key in _TEXT_LIST_FIELDS:
+        value = given.get(key)
+        # A list, a tuple or TVM's own array type (an exported Target's mattr).
+        if value is not None and not isinstance(value, str) and not (
+                hasattr(value, "__iter__") and not isinstance(value, (bytes, Mapping))
+                and all(isinstance(v, str) for v in value)):
+            raise TargetError(f"target field {key!r} must be a string or a list of strings, not {value!r:.80}")
 
 
 def _num_cores(value: Any) -> int:

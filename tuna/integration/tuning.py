@@ -123,8 +123,9 @@ def tune(
     Raises
     ------
     WorkDirError
-        When another run holds ``work_dir``, it cannot be written, or its database is
-        damaged other than by a last record cut short (which is cut off, a copy kept).
+        When another run holds ``work_dir``, it cannot be written, its database is
+        damaged other than by a last record cut short (which is cut off, a copy kept), or
+        the search state kept there is damaged.
     """
     if search not in ("evolutionary", "es"):
         raise TunaError(f"unknown search {search!r}; choose es or evolutionary")
@@ -144,6 +145,7 @@ def tune(
         # A run killed while writing leaves a record cut short; any other damage is refused here,
         # named, before TVM reads the database (it raises an untyped error mid-file).
         work_dirs.check_database(work_dir)
+        work_dirs.check_state(work_dir)
         callbacks = ms.measure_callback.MeasureCallback.create("default")
         if progress is not None:
             callbacks = [*callbacks, _Progress(progress, max_trials, cost_model)]

@@ -4,8 +4,10 @@ MetaSchedule's JSON database appends one record a line; TVM reads it whole and s
 an untyped ``RuntimeError`` at the first line that does not parse. A run killed while
 writing leaves its last line cut short: :func:`check_database` cuts that line off (keeping
 a copy) so that the same command resumes, and refuses any other damage with the file and
-line named, before TVM reads it. :func:`exclusive` keeps a second run out of a work
-directory that a run is using (two writers would interleave their records).
+line named, before TVM reads it. :func:`check_state` refuses a damaged ES state the same
+way (it is written whole, so damage never comes from a kill). :func:`exclusive` keeps a
+second run out of a work directory that a run is using (two writers would interleave their
+records).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ logger = logging.getLogger(__name__)
 WORKLOADS = "database_workload.json"
 RECORDS = "database_tuning_record.json"
 LOCK = ".tuna-lock"
+#: tuna's ES state (:class:`tuna.integration.ESSearch`), kept between runs.
+STATE_FILE = "tuna-es-state.json"
 
 
 class WorkDirError(TunaError):
@@ -47,7 +51,8 @@ def exclusive(work_dir: str | os.PathLike) -> Iterator[Path]:
     folder = Path(work_dir)
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        handle = open(folder / LOCK, "a+")  # noqa: SIM115: held open for the run, closed below
+        # Held open for the whole run (closed below), so not a with-block.
+        handle = open(folder / LOCK, "a+")  # noqa: SIM115
     except OSError as err:
         raise WorkDirError(f"cannot use the work directory {folder}: {err.strerror or err}") from None
     try:
@@ -136,3 +141,35 @@ def _cut_last_line(path: Path, lines: list[bytes]) -> int:
     logger.warning("%s ended in a record cut short (a run killed while writing it); cut off, the file as it was "
                    "kept in %s", path, torn)
     return 1
+
+
+def check_state(work_dir: str | os.PathLike) -> None:
+    """Check tuna's ES state in ``work_dir`` (if any) before a run reads it.
+
+    Raises
+    ------
+    WorkDirError
+        When it cannot be read, is not JSON, or is not the object :class:`~tuna.integration.ESSearch`
+        writes; the message names the file. Starting afresh in silence would hide the damage.
+    """
+    path = Path(work_dir) / STATE_FILE
+    if not path.exists():
+        return
+    try:
+        saved = json.loads(path.read_text())
+    except OSError as err:
+        raise WorkDirError(f"cannot read the search state {path}: {err.strerror or err}") from None
+    except ValueError as err:
+        raise damaged_state(path, f"not JSON ({err})") from None
+    shape = {"fingerprint": str, "es": dict, "measured": list, "passed": list, "full": list}
+    if not isinstance(saved, dict):
+        raise damaged_state(path, "not a JSON object")
+    for key, kind in shape.items():
+        if not isinstance(saved.get(key), kind):
+            raise damaged_state(path, f"its {key!r} is {type(saved.get(key)).__name__}, not {kind.__name__}")
+
+
+def damaged_state(path: Path, what: str) -> WorkDirError:
+    """The error for a damaged ES state file ``path``."""
+    return WorkDirError(f"the search state {path} is damaged: {what:.300}; remove it to start the search afresh "
+                        "(the tuning database keeps every record)")

@@ -10,6 +10,11 @@ so that nothing but the payloads and, once per worker, ``setup_arg`` crosses a p
 machine boundary. A payload whose scoring raises, crashes its worker or runs past the time
 limit scores :data:`~tuna.estimate.WORST_SCORE`; the other payloads of the batch are not affected.
 
+Time limits count CPU seconds the worker spends on a payload, not wall-clock seconds: on a
+loaded machine a payload takes longer but does no more work, so which payloads run past a
+limit, and with them a search's result, does not depend on the machine's load. A wall-clock
+limit, several times longer, only catches a worker that waits rather than works.
+
 Worker processes run a fresh interpreter whose entry point is this module, never the
 caller's ``__main__``: a script without an ``if __name__ == "__main__":`` guard, a notebook
 and an interactive session all work, and the caller's code runs once. This module and
@@ -28,6 +33,7 @@ import os
 import pickle
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
@@ -40,6 +46,30 @@ logger = logging.getLogger("tuna")
 
 Setup = Callable[[Any], Any]
 Score = Callable[[Any, Any], float]
+
+#: Wall-clock backstop of a payload's CPU-time limit: this many times the limit, at least
+#: :data:`MIN_WALL_SECONDS` (a worker blocked on something, not computing, uses no CPU time).
+WALL_FACTOR = 10.0
+MIN_WALL_SECONDS = 60.0
+#: How often the parent reads its busy workers' CPU time.
+_CPU_POLL_SECONDS = 0.2
+
+
+def wall_limit(cpu_seconds: float) -> float:
+    """The wall-clock backstop for a CPU-time limit of ``cpu_seconds`` (see the module notes)."""
+    return max(MIN_WALL_SECONDS, WALL_FACTOR * cpu_seconds)
+
+
+def _cpu_seconds(pid: int) -> float:
+    """CPU time of process ``pid`` and its ended children (LLVM runs in it; nvcc, ptxas as children)."""
+    import psutil
+
+    try:
+        t = psutil.Process(pid).cpu_times()
+    except (psutil.Error, OSError):  # it has just died: the pool reads its EOF
+        return 0.0
+    return t.user + t.system + t.children_user + t.children_system
+
 
 #: Environment for worker processes: one thread each, the pool is the parallelism.
 _WORKER_ENV = {"TVM_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -161,6 +191,11 @@ class _Worker:
         self.ready = False
         self.task: int | None = None
         self.started = 0.0
+        self.cpu_started = 0.0
+
+    def cpu_used(self) -> float:
+        """CPU seconds the worker has used on its current payload."""
+        return _cpu_seconds(self.process.pid) - self.cpu_started
 
     @property
     def exitcode(self) -> int | None:
@@ -203,10 +238,11 @@ class ProcessPool:
     workers : int
         Worker processes.
     timeout : float
-        Seconds one payload may take; a worker past it is killed and replaced, and its
-        payload scores :data:`~tuna.estimate.WORST_SCORE`.
+        CPU seconds one payload may use; a worker past it is killed and replaced, and its
+        payload scores :data:`~tuna.estimate.WORST_SCORE`. So is one that runs past
+        :func:`wall_limit` of it in wall-clock seconds.
     setup_timeout : float
-        Seconds a worker may take to start and set up.
+        Seconds (wall clock) a worker may take to start and set up.
 
     Notes
     -----
@@ -285,8 +321,9 @@ class ProcessPool:
         return fresh
 
     def __call__(self, payloads: Sequence[Any], timeout: float | None = None) -> list[float]:
-        """Score ``payloads``; ``timeout`` (seconds a payload) overrides the pool's for this batch."""
+        """Score ``payloads``; ``timeout`` (CPU seconds a payload) overrides the pool's for this batch."""
         limit = self.timeout if timeout is None else timeout
+        wall = wall_limit(limit)
         self.start()
         results: list[float | None] = [None] * len(payloads)
         pending = list(range(len(payloads)))[::-1]
@@ -296,6 +333,7 @@ class ProcessPool:
             if pending:
                 w.task = pending.pop()
                 w.started = time.monotonic()
+                w.cpu_started = _cpu_seconds(w.process.pid)
                 w.conn.send((w.task, payloads[w.task]))
                 busy[w.conn] = w
 
@@ -304,7 +342,7 @@ class ProcessPool:
         # Replacements of killed workers set up (seconds: TVM's import) while the others score.
         starting: dict[Connection, _Worker] = {}
         while busy or (starting and pending):
-            deadline = min([w.started + limit for w in busy.values()]
+            deadline = min([time.monotonic() + _CPU_POLL_SECONDS if busy else math.inf]
                            + [w.started + self.setup_timeout for w in starting.values()])
             # A worker that dies closes its end of the pipe: its connection turns ready (EOF).
             ready = wait(list(busy) + list(starting), timeout=max(0.0, deadline - time.monotonic()))
@@ -333,9 +371,10 @@ class ProcessPool:
                     self.crashed += 1
                     logger.warning("tuna search: a worker died (exit code %s) scoring candidate %d; "
                                    "it scores worst", w.exitcode, w.task)
-                elif time.monotonic() - w.started > limit:
+                elif w.cpu_used() > limit or time.monotonic() - w.started > wall:
                     self.timed_out += 1
-                    logger.warning("tuna search: candidate %d ran past %g s; it scores worst", w.task, limit)
+                    logger.warning("tuna search: candidate %d ran past its limit (%g CPU seconds, %g s wall "
+                                   "clock); it scores worst", w.task, limit, wall)
                 else:
                     continue
                 results[w.task] = WORST_SCORE
@@ -370,14 +409,48 @@ class ProcessPool:
 _DASK_STATE: dict[str, Any] = {}
 
 
-def _dask_score(setup: Setup, score_fn: Score, key: str, setup_arg: Any, payload: Any) -> float:
-    """Runs on a Dask worker: set up once per worker process and key, then score."""
+def _setup_arg(value: Any) -> Any:
+    """The setup argument, as a Dask task's result (see :class:`DaskEvaluator`)."""
+    return value
+
+
+#: Exit status of a Dask worker process that a payload held past its limit.
+WATCHDOG_EXIT = 75
+
+
+def _dask_score(setup: Setup, score_fn: Score, key: str, setup_arg: Any, payload: Any,
+                limit: float | None = None, wall: float | None = None) -> float:
+    """Runs on a Dask worker: set up once per worker process and key, then score.
+
+    With a ``limit`` (CPU seconds), a watchdog ends the worker process once the payload has
+    used that much CPU time, or ``wall`` seconds of wall-clock time: Dask cannot
+    stop a running task, and a thread stuck in compiled code cannot be interrupted. The
+    scheduler sees the worker die and fails the task (its nanny starts a new worker).
+    """
     state = _DASK_STATE.get(key)
     if state is None:
         for k in list(_DASK_STATE):  # one workload at a time per worker
             del _DASK_STATE[k]
         state = _DASK_STATE[key] = setup(setup_arg)
-    return _safe_score(score_fn, state, payload)
+    if limit is None:
+        return _safe_score(score_fn, state, payload)
+    done = threading.Event()
+    watchdog = threading.Thread(target=_watch, args=(limit, wall or wall_limit(limit), done), daemon=True)
+    watchdog.start()
+    try:
+        return _safe_score(score_fn, state, payload)
+    finally:
+        done.set()
+
+
+def _watch(limit: float, wall: float, done: threading.Event) -> None:
+    """End this process when the payload being scored runs past ``limit`` CPU or ``wall`` seconds."""
+    cpu, start = time.process_time(), time.monotonic()
+    while not done.wait(_CPU_POLL_SECONDS):
+        if time.process_time() - cpu > limit or time.monotonic() - start > wall:
+            sys.stderr.write(f"tuna: a payload ran past {limit:g} CPU seconds ({wall:g} s wall clock); "
+                             "ending this worker\n")
+            os._exit(WATCHDOG_EXIT)
 
 
 def parse_cluster(address: str) -> tuple[str, int | str]:
@@ -502,9 +575,11 @@ class DaskEvaluator:
     setup_arg
         Scattered to the workers once per evaluator.
     timeout : float
-        Seconds per payload; a batch waits at most ``timeout`` times its payloads per
-        worker, and what is unfinished then scores :data:`~tuna.estimate.WORST_SCORE` (the workers that held
-        it are restarted, as Dask cannot stop a running task otherwise).
+        CPU seconds per payload: a watchdog in the worker ends the worker process once a
+        payload has used that much CPU time (or :func:`wall_limit` of it in wall-clock
+        seconds), and the payload scores :data:`~tuna.estimate.WORST_SCORE`. As a backstop a batch waits at
+        most the wall limit times its payloads per worker; what is unfinished then scores
+        worst too (the workers that held it are restarted).
     security : distributed.Security, optional
         TLS settings for a remote scheduler (see README.md, "Securing a cluster").
 
@@ -518,9 +593,12 @@ class DaskEvaluator:
 
     Notes
     -----
-    A payload that kills its worker is retried by Dask on another worker up to the
-    scheduler's ``allowed-failures``; for a local cluster that is set to 0, so it costs one
-    worker restart. Either way it then scores :data:`~tuna.estimate.WORST_SCORE`.
+    A payload that kills its worker (or is ended by the watchdog) is retried by Dask on
+    another worker up to the scheduler's ``allowed-failures``, and so are the other tasks
+    that worker held; then it scores :data:`~tuna.estimate.WORST_SCORE`. A local cluster sets
+    ``allowed-failures`` to 0 and gives each worker one task at a time
+    (``worker-saturation`` 1.0), so a fault there costs one worker restart and its own
+    payload only.
     """
 
     def __init__(
@@ -540,7 +618,8 @@ class DaskEvaluator:
         self._cluster = None
         if kind == "local":
             _check_local_cluster_start(address)
-            with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+            with dask.config.set({"distributed.scheduler.allowed-failures": 0,
+                                  "distributed.scheduler.worker-saturation": 1.0}):
                 self._cluster = LocalCluster(
                     n_workers=int(where),
                     threads_per_worker=1,
@@ -557,7 +636,10 @@ class DaskEvaluator:
                 raise TunaError(f"cannot reach the Dask scheduler at {where}: {err}") from err
         self._key = hashlib.sha256(pickle.dumps((setup, score_fn, setup_arg))).hexdigest()[:16]
         self._fns = (setup, score_fn)
-        self._arg = self._client.scatter(setup_arg, broadcast=True)
+        # A task's result, not scattered data: when the workers that held it die (a payload
+        # that crashes them), the scheduler computes it again instead of cancelling every task
+        # that needs it.
+        self._arg = self._client.submit(_setup_arg, setup_arg, pure=False)
         self.timed_out = 0
         self.failed = 0
 
@@ -567,27 +649,42 @@ class DaskEvaluator:
         return max(1, sum(w.get("nthreads", 1) for w in self._client.scheduler_info()["workers"].values()))
 
     def __call__(self, payloads: Sequence[Any], timeout: float | None = None) -> list[float]:
-        """Score ``payloads``; ``timeout`` (seconds a payload) overrides the evaluator's for this batch."""
-        from distributed import wait as dask_wait
-
+        """Score ``payloads``; ``timeout`` (CPU seconds a payload) overrides the evaluator's for this batch."""
         if not payloads:
             return []
         setup, score_fn = self._fns
-        futures = self._client.map(_dask_score, [setup] * len(payloads), [score_fn] * len(payloads),
-                                   [self._key] * len(payloads), [self._arg] * len(payloads), list(payloads),
-                                   pure=False)
-        per_worker = math.ceil(len(payloads) / self.workers)
         limit = self.timeout if timeout is None else timeout
-        done, not_done = dask_wait(futures, timeout=limit * per_worker + 30, return_when="ALL_COMPLETED")
-        out = []
-        for fut in futures:
-            if fut in done and fut.status == "finished":
-                out.append(float(fut.result()))
-            else:
-                if fut.status == "error":
+        wall = wall_limit(limit)
+        out: list[float] = [WORST_SCORE] * len(payloads)
+        todo = list(range(len(payloads)))
+        for attempt in range(2):
+            n = len(todo)
+            futures = self._client.map(_dask_score, [setup] * n, [score_fn] * n, [self._key] * n, [self._arg] * n,
+                                       [payloads[i] for i in todo], [limit] * n, [wall] * n, pure=False)
+            _wait_all(futures, time.monotonic() + wall * math.ceil(n / self.workers) + 30)
+            done, not_done = {f for f in futures if f.done()}, {f for f in futures if not f.done()}
+            # Tasks cancelled by the scheduler (not failed, not run past the limit) lost a worker
+            # they did not kill: they are sent once more.
+            again = []
+            for i, fut in zip(todo, futures):
+                if fut in done and fut.status == "finished":
+                    out[i] = float(fut.result())
+                elif fut.status == "error":
                     self.failed += 1
                     logger.warning("tuna search: a Dask task failed (%s); it scores worst", fut.exception())
-                out.append(WORST_SCORE)
+                elif fut.status == "cancelled" and attempt == 0:
+                    again.append(i)
+            self._stop_overdue(not_done)
+            if not again:
+                break
+            logger.info("tuna search: %d Dask tasks were cancelled with a worker that died; sending them again",
+                        len(again))
+            todo = again
+        return out
+
+    def _stop_overdue(self, not_done) -> None:
+        """Count and cancel tasks still running past the batch's backstop; restart their workers."""
+        not_done = [f for f in not_done if f.status not in ("cancelled", "error")]
         if not_done:
             self.timed_out += len(not_done)
             logger.warning("tuna search: %d candidates ran past the time limit on Dask; they score worst",
@@ -600,7 +697,6 @@ class DaskEvaluator:
                     self._client.restart_workers(stuck)
                 except Exception as err:  # a scheduler that cannot restart: the tasks stay cancelled
                     logger.warning("tuna search: could not restart stuck Dask workers: %s", err)
-        return out
 
     def close(self) -> None:
         """Close the client, and the local cluster if this evaluator started one."""
@@ -613,6 +709,24 @@ class DaskEvaluator:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _wait_all(futures: Sequence[Any], deadline: float) -> None:
+    """Wait until every Dask future is done (finished, failed or cancelled) or ``deadline`` passes."""
+    from distributed import wait as dask_wait
+
+    while True:
+        pending = [f for f in futures if not f.done()]
+        left = deadline - time.monotonic()
+        if not pending or left <= 0:
+            return
+        try:
+            dask_wait(pending, timeout=left)
+        except TimeoutError:
+            return
+        except Exception as err:  # Dask raises, rather than returns, when a future is cancelled under it
+            logger.debug("tuna search: waiting on Dask: %s", err)
+            time.sleep(0.05)
 
 
 def make_evaluator(

@@ -22,6 +22,7 @@ from ...search import es as es_mod
 from ...search import workers as workers_mod
 from ..analysis import runner_tier
 from ..runner import Predictions
+from ..work_dir import STATE_FILE
 from ..workloads import as_machine
 from .design_space import DesignSpaces, design_spaces
 from .es_search import ESSearch, SearchProgress
@@ -78,8 +79,6 @@ ES_POPULATION = 64
 #: other on each, and the full tier's re-ranking is most of what ES spends beyond the IR tier.
 ES_RERANK = 2
 
-#: File in a tuning work directory that keeps the ES state between runs.
-STATE_FILE = "tuna-es-state.json"
 
 
 def es_strategy(

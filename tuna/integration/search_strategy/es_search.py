@@ -32,6 +32,7 @@ from ...search import es as es_mod
 from ...search import workers as workers_mod
 from ...tiers import TIERS
 from ..runner import Prediction, Predictions, structural_key
+from ..work_dir import WorkDirError, damaged_state
 from ..workloads import as_machine, plain_json
 from .design_space import build, spaces_from_schedules
 from .worker import worker_score, worker_setup, worker_spec
@@ -76,11 +77,12 @@ class SearchProgress:
         return seconds_from_score(s) if s > WORST_SCORE else None
 
 
-#: Seconds a candidate's full analysis may take when ES re-ranks (see :class:`ESSearch`).
-#: Candidates of the shipped pools compile in at most 1.3 s here (145 of five pools timed);
-#: the ones that ran past the limit in an ES run on SFM:1 (14, softmax rows explicitly
-#: unrolled into straight-line code) kept LLVM busy for over 25 s (184 s for one), so a
-#: longer limit only wastes the workers' time.
+#: CPU seconds a candidate's full analysis may use when ES re-ranks (see :class:`ESSearch`;
+#: CPU time, not wall-clock time, so that the machine's load does not decide which
+#: candidates are dropped). Candidates of the shipped pools compile in at most 1.8 s here
+#: (LLVM alone, sampled across the range of unrolled code in SFM-1, NRM-0 and C2D-1); the six
+#: that ran past the limit in an ES run on SFM:1 (64 trials, seed 0) keep LLVM busy for
+#: minutes each, so a longer limit only wastes the workers' time.
 RERANK_TIMEOUT = 5.0
 
 
@@ -106,7 +108,8 @@ class ESSearch(PySearchStrategy):
     cluster : str, optional
         A Dask scheduler address (``tcp://host:port``) or ``local:N``; overrides ``workers``.
     timeout : float
-        Seconds one candidate may take in a worker before it scores worst.
+        CPU seconds one candidate may use in a worker before it scores worst (see
+        :mod:`tuna.search.workers` for the wall-clock backstop).
     rerank : int
         With ``score="ir"``: at each hand-over, score the ``rerank * n`` best distinct
         candidates of the IR tier with the full tier, in the workers, and hand over the
@@ -114,7 +117,7 @@ class ESSearch(PySearchStrategy):
         better, and a candidate whose full analysis (LLVM's compile included) fails or
         runs past ``rerank_timeout`` is not handed over at all.
     rerank_timeout : float
-        Seconds one candidate's full analysis may take in a worker when re-ranking.
+        CPU seconds one candidate's full analysis may use in a worker when re-ranking.
     known : Predictions, optional
         Where to record the full tier's prediction of each re-ranked candidate it hands
         over: given to ``StaticBuilder(known=...)``, it spares those candidates a second
@@ -249,25 +252,36 @@ class _Run:
         path = self.owner.state_path
         if path is None or not path.exists():
             return None
+        # The state is written whole (a temporary file renamed), so a kill cannot leave it cut
+        # short: damage came from elsewhere, and starting afresh in silence would hide it.
         try:
             saved = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as err:
-            logger.warning("tuna search: ignoring unreadable ES state %s: %s", path, err)
-            return None
+        except OSError as err:
+            raise WorkDirError(f"cannot read the search state {path}: {err.strerror or err}") from None
+        except ValueError as err:
+            raise damaged_state(path, f"not JSON ({err})") from None
+        if not isinstance(saved, dict):
+            raise damaged_state(path, "not a JSON object")
         if saved.get("fingerprint") != self.fingerprint:
             logger.warning("tuna search: %s is the state of another workload or target; starting afresh", path)
             return None
-        handed = {tuple(c) for c in saved.get("measured", [])}
+        try:
+            handed = {tuple(c) for c in saved.get("measured", [])}
+            passed = {tuple(c) for c in saved.get("passed", [])}
+            full = {tuple(c): float(v) for c, v in saved.get("full", [])}
+            state = es_mod.EvolutionStrategies.from_state(saved["es"])
+            traces = {c: self.spaces.trace(c) for c in handed}
+        except Exception as err:  # any shape from_state or the design space cannot take
+            raise damaged_state(path, f"{type(err).__name__}: {err}") from None
         # The state is saved as candidates are handed over; those the interruption kept
         # out of the database are offered again (they are still among the ES's best).
         recorded = self._recorded()
-        self.measured = {c for c in handed if _trace_key(self.spaces.trace(c)) in recorded}
+        self.measured = {c for c in handed if _trace_key(traces[c]) in recorded}
         if len(self.measured) < len(handed):
             logger.info("tuna search: %d handed-over candidates never reached the database; offering them again",
                         len(handed) - len(self.measured))
-        self.passed = {tuple(c) for c in saved.get("passed", [])}
-        self.full = {tuple(c): float(v) for c, v in saved.get("full", [])}
-        return es_mod.EvolutionStrategies.from_state(saved["es"])
+        self.passed, self.full = passed, full
+        return state
 
     def _recorded(self) -> set[str]:
         """Trace keys of the tuning records already in the database."""
@@ -374,7 +388,7 @@ class _Run:
         failed = {c for c, _, _ in chosen if self.full[c] <= WORST_SCORE}
         self.passed |= failed
         self.es.reject(sorted(failed))
-        logger.info("tuna search: full tier re-ranked %d candidates in %.1f s (%d failed or ran past %g s)",
+        logger.info("tuna search: full tier re-ranked %d candidates in %.1f s (%d failed or ran past %g CPU seconds)",
                     len(todo), time.perf_counter() - start, len(failed), self.owner.rerank_timeout)
         good = sorted((x for x in chosen if x[0] not in failed), key=lambda x: -self.full[x[0]])[:want]
         if self.owner.known is not None:
