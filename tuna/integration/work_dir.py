@@ -52,7 +52,7 @@ def exclusive(work_dir: str | os.PathLike) -> Iterator[Path]:
     try:
         folder.mkdir(parents=True, exist_ok=True)
         # Held open for the whole run (closed below), so not a with-block.
-        handle = open(folder / LOCK, "a+")  # noqa: SIM115
+        handle = open(folder / LOCK, "a+")
     except OSError as err:
         raise WorkDirError(f"cannot use the work directory {folder}: {err.strerror or err}") from None
     try:
