@@ -3,6 +3,8 @@ any other damage refused with the file and line named before TVM reads the datab
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -96,3 +98,40 @@ def test_a_damaged_search_state_is_refused_naming_the_file(tmp_path):
             tuna.tune("GMM:0", "zen4", tmp_path, max_trials=16, num_trials_per_iter=8, population_size=64,
                       workers=1)
         assert (tmp_path / RECORDS).read_text() == records  # nothing lost, nothing added
+
+
+def test_records_that_do_not_reach_the_file_stop_the_run_naming_it(tmp_path, monkeypatch):
+    """TVM's JSON database does not say when a write fails (a full disk): tune checks the file."""
+    real = work_dir.record_lines
+    monkeypatch.setattr(work_dir, "record_lines", lambda folder: max(0, real(folder) - 1))
+    with pytest.raises(WorkDirError, match=rf"1 tuning records could not be written to .*{RECORDS}"):
+        tuna.tune("GMM:0", "zen4", tmp_path, max_trials=8, num_trials_per_iter=8, population_size=64, workers=1)
+
+
+def test_a_full_disk_stops_the_run_naming_the_file_and_the_same_command_resumes(tmp_path):
+    """A file-size limit (as a full disk, which root cannot otherwise be given) stops tuning with a
+    WorkDirError; run again without it, tuning resumes with every whole record kept."""
+    script = (
+        "import resource, signal, sys\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (60000, 60000))\n"
+        "import tuna\n"
+        "from tuna.integration.work_dir import WorkDirError\n"
+        "try:\n"
+        f"    tuna.tune('GMM:0', 'zen4', {str(tmp_path)!r}, max_trials=48, num_trials_per_iter=8,"
+        " population_size=64, workers=1)\n"
+        "except WorkDirError as err:\n"
+        "    print('WorkDirError:', err)\n"
+        "    sys.exit(3)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 3, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "is the disk full?" in done.stdout
+    before = (tmp_path / RECORDS).read_text().splitlines()
+    assert before, "the limit stopped the run before any record: the test proves nothing"
+    result = tuna.tune("GMM:0", "zen4", tmp_path, max_trials=48, num_trials_per_iter=8, population_size=64,
+                       workers=1)
+    after = (tmp_path / RECORDS).read_text().splitlines()
+    assert after[:len(before)] == before
+    traces = [json.dumps(json.loads(r)[1]) for r in after]
+    assert len(set(traces)) == len(traces) == 48 and result.trials == 48 - len(before)

@@ -146,7 +146,10 @@ def tune(
         # named, before TVM reads the database (it raises an untyped error mid-file).
         work_dirs.check_database(work_dir)
         work_dirs.check_state(work_dir)
-        callbacks = ms.measure_callback.MeasureCallback.create("default")
+        # After MetaSchedule's own (which add the records to the database): a record that did
+        # not reach the file (a full disk: TVM's writer does not say) stops the run, named.
+        written = _RecordsWritten(work_dir)
+        callbacks = [*ms.measure_callback.MeasureCallback.create("default"), written]
         if progress is not None:
             callbacks = [*callbacks, _Progress(progress, max_trials, cost_model)]
         if search == "es":
@@ -156,20 +159,27 @@ def tune(
         else:
             strategy = ms.search_strategy.EvolutionarySearch(population_size=population_size)
         start = time.perf_counter()
-        database = ms.tune_tir(
-            mod,
-            tgt,
-            str(work_dir),
-            max_trials_global=max_trials,
-            num_trials_per_iter=num_trials_per_iter,
-            builder=StaticBuilder(known=known),
-            runner=runner,
-            cost_model=cost_model,
-            strategy=strategy,
-            measure_callbacks=callbacks,
-            num_tuning_cores=num_tuning_cores,
-            seed=seed,
-        )
+        try:
+            database = ms.tune_tir(
+                mod,
+                tgt,
+                str(work_dir),
+                max_trials_global=max_trials,
+                num_trials_per_iter=num_trials_per_iter,
+                builder=StaticBuilder(known=known),
+                runner=runner,
+                cost_model=cost_model,
+                strategy=strategy,
+                measure_callbacks=callbacks,
+                num_tuning_cores=num_tuning_cores,
+                seed=seed,
+            )
+        except Exception:
+            # TVM hands an error raised in tuna's callbacks back as a RuntimeError; raise the original.
+            failures = [*getattr(strategy, "failures", ()), *([written.error] if written.error else [])]
+            if failures:
+                raise failures[0] from None
+            raise
         elapsed = time.perf_counter() - start
         sch = ms.tir_integration.compile_tir(database, mod, tgt)
     if sch is None:
@@ -177,6 +187,27 @@ def tune(
     # The tier the runner predicted the candidates with, so the report agrees with the database.
     est = estimate_module(sch.mod, mach, runner_tier(mach))
     return TuneResult(database, sch, mach, est.seconds, est, runner.ran, elapsed, cost_model)
+
+
+@derived_object
+class _RecordsWritten(ms.measure_callback.PyMeasureCallback):
+    """Checks after each batch that the database file on disk grew by the batch's records."""
+
+    def __init__(self, work_dir: str | os.PathLike) -> None:
+        super().__init__()
+        self.path = work_dirs.records_path(work_dir)
+        self.error: work_dirs.WorkDirError | None = None
+
+    def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results) -> None:
+        # The JSON database holds in memory every record it was given, and appends each to the file.
+        held = len(task_scheduler.database_)
+        lines = work_dirs.record_lines(self.path.parent)
+        if lines < held:
+            self.error = work_dirs.WorkDirError(
+                f"{held - lines} tuning records could not be written to {self.path} (is the disk full?); "
+                "the run stops here. Free some space and run the same command again: it resumes from the "
+                "records the file holds")
+            raise self.error
 
 
 @derived_object

@@ -72,6 +72,22 @@ def exclusive(work_dir: str | os.PathLike) -> Iterator[Path]:
         handle.close()  # closing releases the lock
 
 
+def records_path(work_dir: str | os.PathLike) -> Path:
+    """The tuning-record file of the JSON database in ``work_dir``."""
+    return Path(work_dir) / RECORDS
+
+
+def record_lines(work_dir: str | os.PathLike) -> int:
+    """Whole lines (records) in ``work_dir``'s tuning-record file; 0 when it does not exist."""
+    try:
+        with open(records_path(work_dir), "rb") as f:
+            return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+    except FileNotFoundError:
+        return 0
+    except OSError as err:
+        raise WorkDirError(f"cannot read {records_path(work_dir)}: {err.strerror or err}") from None
+
+
 def _lines(path: Path) -> tuple[list[bytes], bool]:
     data = path.read_bytes()
     return data.split(b"\n"), data.endswith(b"\n") or not data

@@ -165,6 +165,8 @@ class ESSearch(PySearchStrategy):
         self.rerank, self.rerank_timeout = int(rerank), float(rerank_timeout)
         self.known = known
         self.state_path = Path(state_path) if state_path is not None else None
+        #: Work-directory errors raised during the run (shared with clones): see :func:`tuna.tune`.
+        self.failures: list[WorkDirError] = []
         self._ctx = None
         self._run: _Run | None = None
 
@@ -193,6 +195,11 @@ class ESSearch(PySearchStrategy):
             self._run.save()
 
     def clone(self) -> ESSearch:
+        twin = self._twin()
+        twin.failures = self.failures
+        return twin
+
+    def _twin(self) -> ESSearch:
         return ESSearch(
             self.config.population,
             self.generations_per_round,
@@ -304,10 +311,17 @@ class _Run:
                 "passed": sorted(list(c) for c in self.passed),
                 "full": sorted([list(c), v] for c, v in self.full.items()),
                 "es": self.es.state()}
-        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(json.dumps(data))
-        os.replace(tmp, path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(data))
+            os.replace(tmp, path)
+        except OSError as err:
+            tmp.unlink(missing_ok=True)
+            error = WorkDirError(f"cannot write the search state {path}: {err.strerror or err} (is the disk full?); "
+                                 "the run stops here, the file as it was before this round")
+            self.owner.failures.append(error)  # TVM hands it back to tune() as a RuntimeError
+            raise error from None
 
     def _evaluator(self) -> Callable[[Sequence[es_mod.Candidate]], list[float]]:
         owner = self.owner
