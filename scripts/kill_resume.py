@@ -79,6 +79,7 @@ def main() -> int:
     parser.add_argument("--target", default="zen4")
     parser.add_argument("--trials", type=int, default=64)
     parser.add_argument("--population", type=int, default=256, help="tuna tune --population")
+    parser.add_argument("--per-iter", type=int, default=32, help="tuna tune --per-iter (records per batch)")
     parser.add_argument("--kills", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0, help="seed of the kill times (the tuning seed is 0)")
     parser.add_argument("--work-dir", help="kept afterwards when given (default: a temporary one, removed)")
@@ -88,7 +89,8 @@ def main() -> int:
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="tuna-kills-"))
     tuna = [sys.executable, "-m", "tuna.cli"]
     command = [*tuna, "tune", args.workload, "--target", args.target, "--trials", str(args.trials),
-               "--population", str(args.population), "--work-dir", str(work), "--seed", "0"]
+               "--population", str(args.population), "--per-iter", str(args.per_iter), "--work-dir", str(work),
+               "--seed", "0"]
     # The length of an undisturbed run, in a work directory of its own, sets the kill times' range.
     reference = Path(tempfile.mkdtemp(prefix="tuna-kills-ref-"))
     code, length = run([*command[:-4], "--work-dir", str(reference), "--seed", "0"], None)
@@ -131,7 +133,7 @@ def main() -> int:
     episodes += 1
     incomplete += code != 0 or len(final) != args.trials
     summary = {"workload": args.workload, "target": args.target, "trials": args.trials,
-               "population": args.population, "kills": kills, "runs": len(rows) + 1,
+               "population": args.population, "per_iter": args.per_iter, "kills": kills, "runs": len(rows) + 1,
                "episodes": episodes, "undisturbed_seconds": round(length, 1), "undisturbed_records": undisturbed,
                "incomplete_episodes": incomplete, "lost": lost, "duplicated": duplicated, "rows": rows}
     print(f"\n{kills} kills over {episodes} work directories ({len(rows) + 1} runs of the same command): "

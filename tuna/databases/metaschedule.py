@@ -188,6 +188,11 @@ def _read(wfile: Path, rfile: Path) -> Database:
         if not (isinstance(trace, list) and len(trace) == 2 and isinstance(trace[0], list)
                 and isinstance(trace[1], list)):
             raise DatabaseError(f"{where}: the trace must be [instructions, decisions]")
+        for n, inst in enumerate(trace[0]):
+            if not (isinstance(inst, list) and len(inst) == 4 and isinstance(inst[0], str)
+                    and all(isinstance(part, list) for part in inst[1:])):
+                raise DatabaseError(f"{where}: instruction {n} of the trace is not [kind, inputs, attributes, "
+                                    f"outputs]: {inst!r:.120}")
         if not isinstance(target, dict) or "kind" not in target:
             raise DatabaseError(f"{where}: the target must be a TVM target dict with a 'kind'")
         records.append(Record(lineno, index, trace, _run_secs(run_secs, where), target,

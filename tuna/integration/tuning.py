@@ -191,7 +191,7 @@ def tune(
 
 @derived_object
 class _RecordsWritten(ms.measure_callback.PyMeasureCallback):
-    """Checks after each batch that the database file on disk grew by the batch's records."""
+    """Checks after each batch that the database file on disk holds every record the database was given."""
 
     def __init__(self, work_dir: str | os.PathLike) -> None:
         super().__init__()

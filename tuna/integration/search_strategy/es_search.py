@@ -195,12 +195,7 @@ class ESSearch(PySearchStrategy):
             self._run.save()
 
     def clone(self) -> ESSearch:
-        twin = self._twin()
-        twin.failures = self.failures
-        return twin
-
-    def _twin(self) -> ESSearch:
-        return ESSearch(
+        twin = ESSearch(
             self.config.population,
             self.generations_per_round,
             score=self.score,
@@ -216,6 +211,8 @@ class ESSearch(PySearchStrategy):
             progress=self.progress,
             config=self.config,
         )
+        twin.failures = self.failures
+        return twin
 
 
 class _Run:
