@@ -45,6 +45,15 @@ def setup_broken(_):
 PAYLOADS = list(range(1, 40))
 
 
+def assert_only_faulty_score_worst(payloads, scores):
+    """The payloads score_faulty crashes, hangs or raises on score worst; the others as score_plain."""
+    for p, s in zip(payloads, scores, strict=True):
+        if p % 7 == 0 or p % 11 == 0 or p % 13 == 0:
+            assert s == WORST_SCORE, p
+        else:
+            assert s == score_plain({"offset": 0.0}, p), p
+
+
 def test_process_pool_scores_as_this_process_does():
     serial = workers.SerialEvaluator(setup_offset, score_plain, 0.5)
     with workers.ProcessPool(setup_offset, score_plain, 0.5, workers=2) as pool:
@@ -57,11 +66,7 @@ def test_a_crash_a_hang_or_an_error_costs_only_its_candidate():
         start = time.monotonic()
         scores = pool(PAYLOADS)
         elapsed = time.monotonic() - start
-        for p, s in zip(PAYLOADS, scores):
-            if p % 7 == 0 or p % 11 == 0 or p % 13 == 0:
-                assert s == WORST_SCORE, p
-            else:
-                assert s == score_plain({"offset": 0.0}, p), p
+        assert_only_faulty_score_worst(PAYLOADS, scores)
         assert pool.crashed == sum(p % 7 == 0 for p in PAYLOADS)
         assert pool.timed_out == sum(p % 11 == 0 and p % 7 != 0 for p in PAYLOADS)
         assert elapsed < 30  # three hangs of 2 CPU seconds each, not of 60
@@ -197,11 +202,7 @@ def test_on_dask_a_crash_a_hang_or_an_error_costs_only_its_candidate():
         start = time.monotonic()
         scores = dask_eval(payloads)
         elapsed = time.monotonic() - start
-        for p, s in zip(payloads, scores):
-            if p % 7 == 0 or p % 11 == 0 or p % 13 == 0:
-                assert s == WORST_SCORE, p
-            else:
-                assert s == score_plain({"offset": 0.0}, p), p
+        assert_only_faulty_score_worst(payloads, scores)
         assert elapsed < 120  # two hangs ended after 2 CPU seconds each, not the batch's backstop
         # The restarted workers go on scoring.
         assert dask_eval([2, 3]) == [4.0, 9.0]

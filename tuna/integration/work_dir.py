@@ -160,7 +160,12 @@ def _cut_last_line(path: Path, lines: list[bytes]) -> int:
 
 
 def check_state(work_dir: str | os.PathLike) -> None:
-    """Check tuna's ES state in ``work_dir`` (if any) before a run reads it.
+    """Check tuna's ES state in ``work_dir`` (if any) before a run reads it (see :func:`read_state`)."""
+    read_state(Path(work_dir) / STATE_FILE)
+
+
+def read_state(path: Path) -> dict | None:
+    """The ES state saved at ``path`` (None when there is none), checked for its shape.
 
     Raises
     ------
@@ -168,9 +173,8 @@ def check_state(work_dir: str | os.PathLike) -> None:
         When it cannot be read, is not JSON, or is not the object :class:`~tuna.integration.ESSearch`
         writes; the message names the file. Starting afresh in silence would hide the damage.
     """
-    path = Path(work_dir) / STATE_FILE
     if not path.exists():
-        return
+        return None
     try:
         saved = json.loads(path.read_text())
     except OSError as err:
@@ -183,6 +187,7 @@ def check_state(work_dir: str | os.PathLike) -> None:
     for key, kind in shape.items():
         if not isinstance(saved.get(key), kind):
             raise damaged_state(path, f"its {key!r} is {type(saved.get(key)).__name__}, not {kind.__name__}")
+    return saved
 
 
 def damaged_state(path: Path, what: str) -> WorkDirError:

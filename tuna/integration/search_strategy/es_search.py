@@ -32,7 +32,7 @@ from ...search import es as es_mod
 from ...search import workers as workers_mod
 from ...tiers import TIERS
 from ..runner import Prediction, Predictions, structural_key
-from ..work_dir import WorkDirError, damaged_state
+from ..work_dir import WorkDirError, damaged_state, read_state
 from ..workloads import as_machine, plain_json
 from .design_space import build, spaces_from_schedules
 from .worker import worker_score, worker_setup, worker_spec
@@ -254,25 +254,18 @@ class _Run:
 
     def _load(self) -> es_mod.EvolutionStrategies | None:
         path = self.owner.state_path
-        if path is None or not path.exists():
-            return None
         # The state is written whole (a temporary file renamed), so a kill cannot leave it cut
         # short: damage came from elsewhere, and starting afresh in silence would hide it.
-        try:
-            saved = json.loads(path.read_text())
-        except OSError as err:
-            raise WorkDirError(f"cannot read the search state {path}: {err.strerror or err}") from None
-        except ValueError as err:
-            raise damaged_state(path, f"not JSON ({err})") from None
-        if not isinstance(saved, dict):
-            raise damaged_state(path, "not a JSON object")
-        if saved.get("fingerprint") != self.fingerprint:
+        saved = None if path is None else read_state(path)
+        if saved is None:
+            return None
+        if saved["fingerprint"] != self.fingerprint:
             logger.warning("tuna search: %s is the state of another workload or target; starting afresh", path)
             return None
         try:
-            handed = {tuple(c) for c in saved.get("measured", [])}
-            passed = {tuple(c) for c in saved.get("passed", [])}
-            full = {tuple(c): float(v) for c, v in saved.get("full", [])}
+            handed = {tuple(c) for c in saved["measured"]}
+            passed = {tuple(c) for c in saved["passed"]}
+            full = {tuple(c): float(v) for c, v in saved["full"]}
             state = es_mod.EvolutionStrategies.from_state(saved["es"])
             traces = {c: self.spaces.trace(c) for c in handed}
         except Exception as err:  # any shape from_state or the design space cannot take
