@@ -168,6 +168,37 @@ def test_a_worker_that_cannot_set_up_is_an_error():
             pool([1])
 
 
+def score_pid(state, payload):
+    return float(state["pid"])
+
+
+def test_shared_pools_set_up_in_the_same_processes_and_outlive_each_pool():
+    try:
+        with workers.ProcessPool(setup_offset, score_pid, 0.0, workers=2, shared=True) as first:
+            pids = set(first([1] * 8))
+        # Another workload (setup argument) in the same processes, more of them than a worker keeps.
+        for offset in range(workers.KEEP_SETUPS + 2):
+            with workers.ProcessPool(setup_offset, score_plain, float(offset), workers=2, shared=True) as pool:
+                assert pool([2, 3]) == [4.0 + offset, 9.0 + offset]
+        with workers.ProcessPool(setup_offset, score_pid, 0.0, workers=2, shared=True) as again:
+            assert set(again([1] * 8)) == pids  # set up again where it had been dropped; no new process
+        assert len(pids) == 2
+    finally:
+        workers.stop_shared_processes()
+
+
+def test_a_shared_pool_survives_faults_of_another():
+    try:
+        with workers.ProcessPool(setup_offset, score_faulty, 0.0, workers=2, timeout=2.0, shared=True) as faulty:
+            assert_only_faulty_score_worst(PAYLOADS, faulty(PAYLOADS))
+        with pytest.raises(TunaError, match="could not set up"):
+            workers.ProcessPool(setup_broken, score_plain, None, workers=2, shared=True)([1])
+        with workers.ProcessPool(setup_offset, score_plain, 0.5, workers=2, shared=True) as pool:
+            assert pool(PAYLOADS) == workers.SerialEvaluator(setup_offset, score_plain, 0.5)(PAYLOADS)
+    finally:
+        workers.stop_shared_processes()
+
+
 def test_cluster_addresses():
     assert workers.parse_cluster("local:3") == ("local", 3)
     assert workers.parse_cluster("tcp://127.0.0.1:8786") == ("remote", "tcp://127.0.0.1:8786")

@@ -4,7 +4,7 @@ and prints; the work is the library's (:mod:`tuna.bench`, :mod:`tuna.integration
 work directories of tuning and measuring runs (``--work-dir``: MetaSchedule's databases and
 logs, the built candidates) and in temporary folders.
 
-``tuna tune WORKLOAD --target T``   offline tuning run with a readable report
+``tuna tune WORKLOAD --target T``   offline tuning run with a readable report (an operator or a network)
 ``tuna explain WORKLOAD --target T`` the feature breakdown of one schedule
 ``tuna targets``                     the machine presets
 ``tuna bench rank [POOLS]``          ranking quality on measured pools, beside the baselines (table, JSON, PNG)
@@ -31,6 +31,60 @@ from pathlib import Path
 from . import machine as machines
 from .errors import TunaError
 from .tiers import TIERS
+
+
+def _tune_network(args: argparse.Namespace, targets: list[str], work_root: Path) -> int:
+    """``tuna tune NETWORK``: every task of a network, then a table of the tasks and the summary."""
+    from . import integration
+    from .integration import export, network_tuning
+
+    machines_ = [integration.as_machine(t, args.machine) for t in targets]
+    name = Path(str(args.workload)).stem
+    exports = {}
+    if args.export:
+        for mach in machines_:  # refused before tuning
+            out = Path(args.export)
+            exports[mach.name] = out if len(machines_) == 1 else out.with_name(f"{out.stem}-{mach.name}{out.suffix}")
+            export.check_network_path(exports[mach.name], mach)
+    summary = []
+    for mach in machines_:
+        _quiet_tvm()
+        print(f"== tuna tune {args.workload} (a network) for {mach.name} ({mach.title})")
+        print(f"   TVM target {mach.target_json()}")
+        print(f"   up to {args.trials} candidates per task, all predicted by static analysis; "
+              "nothing runs on the target")
+        work_dir = work_root / f"{name}-{mach.name}"
+        result = network_tuning.tune_network(
+            args.workload, mach, work_dir, trials_per_task=args.trials, num_trials_per_iter=args.per_iter,
+            population_size=args.population, seed=args.seed, progress=print, workers=args.workers,
+            cluster=args.cluster)
+        total = result.predicted_seconds
+        print(f"\n   tuning time {result.tune_seconds:.1f} s; {result.trials} candidates predicted over "
+              f"{len(result.tasks)} tasks")
+        print(f"   {'task':<44}{'calls':>6}{'trials':>8}{'predicted us':>14}{'share':>8}")
+        for t in sorted(result.tasks, key=lambda t: -t.total):
+            us = "-" if t.seconds is None else f"{t.seconds * 1e6:,.1f}"
+            share = f"{t.total / total:.1%}" if total else "-"
+            print(f"   {t.name[:43]:<44}{t.weight:>6}{t.trials:>8}{us:>14}{share:>8}")
+        print(f"   {'network (tuned tasks, one run)':<58}{total * 1e6:>14,.1f}")
+        rows = [{"task": t.name, "calls": t.weight, "trials": t.trials, "predicted_seconds": t.seconds}
+                for t in result.tasks]
+        report = {"network": result.name, "target": mach.name, "tune_seconds": result.tune_seconds,
+                  "trials": result.trials, "predicted_seconds": total, "tasks": rows}
+        try:
+            (work_dir / "tasks.json").write_text(json.dumps(report, indent=1))
+            print(f"   per-task report: {work_dir / 'tasks.json'}\n   database: {work_dir}\n")
+        except OSError as err:
+            _stderr(f"   cannot write {work_dir / 'tasks.json'}: {err}")
+        if mach.name in exports:
+            info = export.export_network(result.executable, mach, exports[mach.name])
+            print("   " + str(info).replace("\n", "\n   ") + "\n")
+        summary.append((mach.name, total, result.tune_seconds, result.trials, len(result.tasks)))
+    print("== summary")
+    print(f"   {'target':<16}{'predicted ms':>14}{'tasks':>7}{'tune s':>9}{'trials':>8}")
+    for mname, total, tune_seconds, trials, ntasks in summary:
+        print(f"   {mname:<16}{total * 1e3:>14,.3f}{ntasks:>7}{tune_seconds:>9.1f}{trials:>8}")
+    return 0
 
 
 def _targets(args: argparse.Namespace) -> int:
@@ -80,6 +134,10 @@ def _tune(args: argparse.Namespace) -> int:
 
     targets = args.target or ["zen4"]
     work_root = Path(args.work_dir)
+    from .integration import network_tuning
+
+    if network_tuning.is_network(args.workload):
+        return _tune_network(args, targets, work_root)
     workload = integration.load_workload(args.workload)
     machines_ = [integration.as_machine(t, args.machine) for t in targets]
     exports = {}
@@ -588,10 +646,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("tune", help="tune a workload offline for one or more targets")
-    p.add_argument("workload", help="built-in Ansor workload NAME:INDEX (e.g. GMM:1) or a TVMScript file")
+    p.add_argument("workload", help="built-in Ansor workload NAME:INDEX (e.g. GMM:1), a network's task "
+                                    "(resnet50/TASK), a TVMScript file, or a whole network: resnet18, resnet50, "
+                                    "mobilenetv2, bert, or a TVMScript file holding a Relax module")
     p.add_argument("--target", "-t", action="append", help="preset name or TVM target JSON (repeatable; default zen4)")
     p.add_argument("--machine", help="preset to model when the target's mcpu/arch has no data file")
-    p.add_argument("--trials", type=int, default=64, help="candidates to build and predict (default 64)")
+    p.add_argument("--trials", type=int, default=64,
+                   help="candidates to build and predict (default 64); for a network, per task")
     p.add_argument("--per-iter", type=int, default=32, help="candidates per search round (default 32)")
     p.add_argument("--population", type=int, default=256,
                    help="search budget: 5x this many candidates scored per round, as MetaSchedule's "
@@ -608,7 +669,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--verbose", "-v", action="store_true", help="print the raw features too (always in report.json)")
     p.add_argument("--export", metavar="FILE",
                    help="write the tuned module for the target: .so, .tar or .o (CPUs); .so, .tar, .cu or .ptx "
-                        "(CUDA); with several targets each file is named FILE's stem-<target>")
+                        "(CUDA); a network's Relax VM executable: .so or .tar (CPUs); with several targets each "
+                        "file is named FILE's stem-<target>")
     p.set_defaults(func=_tune)
 
     p = sub.add_parser("explain", help="feature breakdown of one schedule")
@@ -691,7 +753,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated subset of untuned,tuna,metaschedule,pytorch (default all)")
     p.add_argument("--target", "-t", help=HERE_TARGET)
     p.add_argument("--machine", help="preset to model when the target has no data file")
-    p.add_argument("--trials-per-task", type=int, default=8, help="trials per tuning task, both tuners (default 8)")
+    p.add_argument("--trials-per-task", type=int, default=64,
+                   help="trials per tuning task, both tuners (default 64)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--work-dir", default="tuna-bench-network", help="where the tuning databases go")
     p.add_argument("--json", help="also write the rows as JSON here")

@@ -195,6 +195,58 @@ def export_module(module: Any, target: Any, path: str | os.PathLike, *, host: An
                       args, _note(out, suffix, entry, args, False, members), members)
 
 
+#: What a tuned network can be written as (a Relax VM executable; CPU targets).
+_NETWORK_SUFFIXES = (".so", ".tar")
+
+
+def check_network_path(path: str | os.PathLike, target: Any) -> None:
+    """Refuse, before tuning, a file a tuned network cannot be written to (see :func:`export_network`).
+
+    Raises
+    ------
+    ExportError
+        Naming the file, the target and what it takes.
+    """
+    out = Path(path)
+    machine = as_machine(target)
+    where = f"{out} for {_describe(machine)}"
+    if machine.kind == "gpu":
+        raise ExportError(f"cannot export {where}: tuna writes tuned networks for CPU targets only; "
+                          "tune the network's tasks and compile it with tvm.compile on the GPU's host")
+    if out.suffix.lower() not in _NETWORK_SUFFIXES:
+        raise ExportError(f"cannot export {where}: a network is written as a Relax VM executable, "
+                          f"{' or '.join(_NETWORK_SUFFIXES)}, not {out.suffix or '(no suffix)'!r}")
+    check_path(out, machine)
+
+
+def export_network(executable: Any, target: Any, path: str | os.PathLike) -> ExportInfo:
+    """Write a tuned network's Relax VM executable (:class:`~.network_tuning.NetworkTuneResult`) as ``.so`` or ``.tar``.
+
+    Load it on the device with ``tvm.relax.VirtualMachine(tvm.runtime.load_module(path), tvm.cpu())``
+    and call ``vm["main"](input)``.
+
+    Raises
+    ------
+    ExportError
+        As :func:`check_network_path`, or when linking fails.
+    """
+    out = Path(path)
+    machine = as_machine(target)
+    check_network_path(out, machine)
+    suffix = out.suffix.lower()
+    triple = _triple(tvm_target(machine))
+    linker = _cross_linker(triple) if suffix == ".so" and _arch(triple) != _arch(platform.machine()) else None
+    where = f"{out} for {_describe(machine)}"
+    with _staged(out) as staged:
+        fcompile = None if linker is None else _cross_compile(linker)
+        _tvm_write(lambda: executable.export_library(staged, fcompile=fcompile), where)
+    members = _tar_members(out) if suffix == ".tar" else ()
+    note = (f"load it on the device: vm = tvm.relax.VirtualMachine(tvm.runtime.load_module({out.name!r}), "
+            "tvm.cpu()); vm['main'](x)")
+    return ExportInfo(str(out), suffix[1:], f"{_isa_name(triple)} Relax VM executable ({FORMATS[suffix]})",
+                      _describe(machine), "main", (), note, members)
+
+
 def _export_cuda(mod, machine: Machine, tgt: Target, out: Path, host: Any, entry: str,
                  args: tuple[str, ...]) -> ExportInfo:
     """CUDA targets. With nvcc and this machine's CPU as host, ``.so`` and ``.cu`` take TVM's

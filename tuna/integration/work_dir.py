@@ -159,9 +159,19 @@ def _cut_last_line(path: Path, lines: list[bytes]) -> int:
     return 1
 
 
+def state_file(task: int | None = None, name: str = "") -> str:
+    """The name of the ES state file: :data:`STATE_FILE` for one workload, one per task of a network."""
+    if task is None:
+        return STATE_FILE
+    stem, suffix = STATE_FILE.rsplit(".", 1)
+    return f"{stem}-{task:03d}-{name}.{suffix}"
+
+
 def check_state(work_dir: str | os.PathLike) -> None:
-    """Check tuna's ES state in ``work_dir`` (if any) before a run reads it (see :func:`read_state`)."""
-    read_state(Path(work_dir) / STATE_FILE)
+    """Check tuna's ES states in ``work_dir`` (if any) before a run reads them (see :func:`read_state`)."""
+    stem = STATE_FILE.rsplit(".", 1)[0]
+    for path in sorted(Path(work_dir).glob(f"{stem}*.json")):
+        read_state(path)
 
 
 def read_state(path: Path) -> dict | None:

@@ -24,6 +24,7 @@ and an interactive session all work, and the caller's code runs once. This modul
 from __future__ import annotations
 
 import ast
+import atexit
 import hashlib
 import logging
 import math
@@ -35,6 +36,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any
@@ -136,16 +138,20 @@ _BOOTSTRAP = (
     "_worker_main(conn)\n"
 )
 
+#: Set-ups (workloads) a worker process keeps at once, the least recently used dropped first:
+#: a network's tasks take turns, and each set-up (a workload and its postprocessors) is
+#: small beside the interpreter and TVM that every one of them shares.
+KEEP_SETUPS = 8
+
 
 def _worker_main(conn: Connection) -> None:
-    """Body of one worker process: set up, then score payloads until told to stop."""
-    try:
-        setup, score_fn, setup_arg = pickle.loads(conn.recv_bytes())
-        state = setup(setup_arg)
-    except BaseException as err:  # report and leave: the parent turns this into an error
-        conn.send(("setup-failed", f"{type(err).__name__}: {err}"))
-        return
-    conn.send(("ready", None))
+    """Body of one worker process: set up what it is sent, score payloads, until told to stop.
+
+    Messages: ``("setup", key, pickled (setup, score_fn, setup_arg))``, answered ``("ready",
+    key, None)`` or ``("setup-failed", key, why)``; ``("score", task, key, payload)``, answered
+    ``("score", task, value)``; None to stop. The parent mirrors which set-ups are kept.
+    """
+    kept: OrderedDict[str, tuple[Score, Any]] = OrderedDict()
     while True:
         try:
             msg = conn.recv()
@@ -153,12 +159,32 @@ def _worker_main(conn: Connection) -> None:
             return
         if msg is None:
             return
-        task, payload = msg
-        score = _safe_score(score_fn, state, payload)
+        if msg[0] == "setup":
+            _, key, blob = msg
+            try:
+                setup, score_fn, setup_arg = pickle.loads(blob)
+                kept[key] = (score_fn, setup(setup_arg))
+            except BaseException as err:  # report; the parent raises it as an error
+                reply = ("setup-failed", key, f"{type(err).__name__}: {err}")
+            else:
+                _keep(kept, key)
+                reply = ("ready", key, None)
+        else:
+            _, task, key, payload = msg
+            score_fn, state = kept[key]
+            kept.move_to_end(key)
+            reply = ("score", task, _safe_score(score_fn, state, payload))
         try:
-            conn.send((task, score))
+            conn.send(reply)
         except OSError:  # the parent is gone
             return
+
+
+def _keep(kept: OrderedDict, key: str) -> None:
+    """Mark ``key`` most recently used and drop the oldest beyond :data:`KEEP_SETUPS` (both ends do this)."""
+    kept.move_to_end(key)
+    while len(kept) > KEEP_SETUPS:
+        kept.popitem(last=False)
 
 
 class _Worker:
@@ -168,7 +194,7 @@ class _Worker:
     ``popen_pool`` does): only it holds that end, so no address or authentication key is needed.
     """
 
-    def __init__(self, functions: bytes) -> None:
+    def __init__(self) -> None:
         self.conn, child = multiprocessing.Pipe(duplex=True)
         try:
             self.process = subprocess.Popen(
@@ -182,16 +208,43 @@ class _Worker:
             raise
         finally:
             child.close()  # the child's copy is its only one: its death reads as EOF here
-        # Both fit in the socket's buffer unless setup_arg is large; then this waits for the child.
         try:
             self.conn.send(sys.path)
-            self.conn.send_bytes(functions)
         except OSError:  # it died at once: the pool reads EOF and reports its exit code
             pass
-        self.ready = False
+        #: The set-ups the child keeps (mirrors its own, see _worker_main), oldest first.
+        self.kept: OrderedDict[str, None] = OrderedDict()
+        #: The set-up sent and not yet answered.
+        self.setting_up: str | None = None
         self.task: int | None = None
         self.started = 0.0
         self.cpu_started = 0.0
+
+    def send_setup(self, key: str, blob: bytes) -> None:
+        self.setting_up, self.started = key, time.monotonic()
+        try:
+            self.conn.send(("setup", key, blob))
+        except OSError:  # it has died: its EOF tells the pool
+            pass
+
+    def read_setup(self) -> str | None:
+        """Read the answer to the set-up sent (the child has sent it): None if ready, else why not."""
+        key, self.setting_up = self.setting_up, None
+        try:
+            kind, _, detail = self.conn.recv()
+        except (EOFError, OSError):
+            return f"the worker died (exit code {self.exitcode})"
+        if kind != "ready":
+            return detail
+        self.kept[key] = None
+        _keep(self.kept, key)
+        return None
+
+    def send_score(self, task: int, key: str, payload: Any) -> None:
+        self.task, self.started = task, time.monotonic()
+        self.cpu_started = _cpu_seconds(self.process.pid)
+        self.kept.move_to_end(key)
+        self.conn.send(("score", task, key, payload))
 
     def cpu_used(self) -> float:
         """CPU seconds the worker has used on its current payload."""
@@ -226,6 +279,42 @@ class _Worker:
         self.conn.close()
 
 
+class _Processes:
+    """A set of worker processes; pools lend them (see :func:`shared_processes`)."""
+
+    def __init__(self) -> None:
+        self.workers: list[_Worker] = []
+        self.lock = threading.Lock()
+
+    def stop(self) -> None:
+        for w in self.workers:
+            w.stop(kill=w.setting_up is not None or w.task is not None)
+        self.workers.clear()
+
+
+#: Worker processes that live as long as this process, by pool size (see shared_processes).
+_SHARED: dict[int, _Processes] = {}
+
+
+def shared_processes(workers: int) -> _Processes:
+    """The worker processes kept for this process's pools of ``workers`` (started as needed).
+
+    Starting a worker costs seconds (Python, then TVM's import in the first set-up); a
+    network's tasks, or the runs of a benchmark, each set up their workload in the same
+    processes instead. They stop when this process ends, or at :func:`stop_shared_processes`.
+    """
+    if not _SHARED:
+        atexit.register(stop_shared_processes)
+    return _SHARED.setdefault(workers, _Processes())
+
+
+def stop_shared_processes() -> None:
+    """Stop the worker processes :func:`shared_processes` keeps."""
+    for procs in list(_SHARED.values()):
+        procs.stop()
+    _SHARED.clear()
+
+
 class ProcessPool:
     """Scores payloads in ``workers`` processes, one payload per worker at a time.
 
@@ -234,7 +323,7 @@ class ProcessPool:
     setup, score_fn : callable
         Module-level functions (they are sent to the workers by reference).
     setup_arg
-        Sent to each worker once, at its start.
+        Sent to each worker once; ``setup(setup_arg)`` runs there before its first payload.
     workers : int
         Worker processes.
     timeout : float
@@ -243,15 +332,19 @@ class ProcessPool:
         :func:`wall_limit` of it in wall-clock seconds.
     setup_timeout : float
         Seconds (wall clock) a worker may take to start and set up.
+    shared : bool
+        Score in the processes this process keeps for every shared pool of ``workers``
+        (:func:`shared_processes`), not in processes of the pool's own: they outlive the pool,
+        and keep its set-up for another pool of the same functions and argument.
 
     Notes
     -----
     Each worker is a fresh interpreter (not a fork: the parent may hold TVM's threads,
     which ``fork`` would copy in an unusable state) that takes this process's ``sys.path``
     and environment, with :data:`_WORKER_ENV` on top, and never imports its ``__main__``;
-    workers stay up between batches. A worker
-    that dies (segfault, ``os._exit``, out of memory) costs only the payload it held; a
-    new one takes its place. Use as a context manager, or call :meth:`close`.
+    workers stay up between batches. A worker that dies (segfault, ``os._exit``, out of
+    memory) costs only the payload it held; a new one takes its place. Use as a context
+    manager, or call :meth:`close`.
     """
 
     def __init__(
@@ -262,67 +355,101 @@ class ProcessPool:
         workers: int = 2,
         timeout: float = 60.0,
         setup_timeout: float = 300.0,
+        *,
+        shared: bool = False,
     ) -> None:
         if workers < 1:
             raise TunaError(f"need at least one worker process, not {workers}")
         self.workers = workers
         self.timeout, self.setup_timeout = timeout, setup_timeout
         # Pickled once (the functions by reference: they are module-level); sent to each worker.
-        self._functions = pickle.dumps((setup, score_fn, setup_arg))
-        self._pool: list[_Worker] = []
+        self._blob = pickle.dumps((setup, score_fn, setup_arg))
+        self._key = hashlib.sha256(self._blob).hexdigest()[:24]
+        self._shared = shared
+        self._procs = shared_processes(workers) if shared else _Processes()
         self.crashed = 0
         self.timed_out = 0
 
-    def _spawn(self) -> _Worker:
-        worker = _Worker(self._functions)
-        worker.started = time.monotonic()
-        return worker
+    @property
+    def _pool(self) -> list[_Worker]:
+        return self._procs.workers
 
     def start(self) -> None:
-        """Start the workers and wait until every one has set up.
+        """Start the workers, and wait until every one has this pool's set-up.
 
         Raises
         ------
         TunaError
             When a worker's setup fails or takes longer than ``setup_timeout``.
         """
+        for w in list(self._pool):
+            if w.setting_up not in (None, self._key):
+                # A replacement another pool started is still setting up for it: read its answer.
+                try:
+                    self._await_setup(w)
+                except TunaError as err:  # not this pool's failure; a fresh worker takes the place
+                    logger.debug("tuna search: %s", err)
+        for w in list(self._pool):
+            if not w.is_alive():  # died between batches (killed from outside, say)
+                self._replace(w, start=False)
         while len(self._pool) < self.workers:
-            self._pool.append(self._spawn())
+            self._pool.append(_Worker())
         for w in self._pool:
-            if not w.ready:
-                self._await_ready(w)
+            if self._key not in w.kept and w.setting_up is None:
+                w.send_setup(self._key, self._blob)
+        # Every answer is read before raising: a shared worker must not keep one unread.
+        errors = []
+        for w in list(self._pool):
+            if w.setting_up is not None:
+                try:
+                    self._await_setup(w)
+                except TunaError as err:
+                    errors.append(err)
+        if errors:
+            raise errors[0]
 
-    def _await_ready(self, w: _Worker) -> None:
+    def _await_setup(self, w: _Worker) -> None:
+        """Wait for the answer to the set-up ``w`` was sent; raise (killing it) if it failed or is overdue."""
         if not w.conn.poll(max(0.0, w.started + self.setup_timeout - time.monotonic())):
             self._setup_overdue(w)
         self._take_ready(w)
 
     def _setup_overdue(self, w: _Worker) -> None:
-        """Kill a worker that did not set up within ``setup_timeout`` and raise."""
-        w.stop(kill=True)
+        """Kill a worker that did not set up within ``setup_timeout`` (its place left empty) and raise."""
+        self._replace(w, start=False)
         raise TunaError(f"a search worker did not set up within {self.setup_timeout:g} s")
 
     def _take_ready(self, w: _Worker) -> None:
-        """Read a worker's report of its setup (it has sent it); raise if the setup failed."""
-        try:
-            kind, detail = w.conn.recv()
-        except (EOFError, OSError):
-            kind, detail = "setup-failed", f"the worker died (exit code {w.exitcode})"
-        if kind != "ready":
-            w.stop(kill=True)
-            raise TunaError(f"a search worker could not set up: {detail}")
-        w.ready = True
+        """Read a worker's report of its setup (it has sent it); raise if the setup failed (killing it)."""
+        why = w.read_setup()
+        if why is not None:
+            self._replace(w, start=False)
+            raise TunaError(f"a search worker could not set up: {why}")
 
-    def _replace(self, w: _Worker) -> _Worker:
-        """Kill ``w`` and start another in its place (it sets up while the pool goes on)."""
+    def _replace(self, w: _Worker, start: bool = True) -> _Worker | None:
+        """Kill ``w``; start another in its place that sets up while the pool goes on (or leave the place empty)."""
         w.stop(kill=True)
-        fresh = self._spawn()
-        self._pool[self._pool.index(w)] = fresh
+        i = self._pool.index(w)
+        if not start:
+            del self._pool[i]
+            return None
+        fresh = self._pool[i] = _Worker()
+        fresh.send_setup(self._key, self._blob)
         return fresh
 
     def __call__(self, payloads: Sequence[Any], timeout: float | None = None) -> list[float]:
         """Score ``payloads``; ``timeout`` (CPU seconds a payload) overrides the pool's for this batch."""
-        limit = self.timeout if timeout is None else timeout
+        with self._procs.lock:
+            try:
+                return self._score(payloads, self.timeout if timeout is None else timeout)
+            except BaseException:
+                # A worker still busy would answer the next batch with this one's score: stop them all.
+                for w in list(self._pool):
+                    if w.task is not None or w.setting_up is not None:
+                        self._replace(w, start=False)
+                raise
+
+    def _score(self, payloads: Sequence[Any], limit: float) -> list[float]:
         wall = wall_limit(limit)
         self.start()
         results: list[float | None] = [None] * len(payloads)
@@ -331,10 +458,8 @@ class ProcessPool:
 
         def feed(w: _Worker) -> None:
             if pending:
-                w.task = pending.pop()
-                w.started = time.monotonic()
-                w.cpu_started = _cpu_seconds(w.process.pid)
-                w.conn.send((w.task, payloads[w.task]))
+                task = pending.pop()
+                w.send_score(task, self._key, payloads[task])
                 busy[w.conn] = w
 
         for w in list(self._pool):
@@ -357,7 +482,7 @@ class ProcessPool:
                 dead = False
                 if w.conn in ready and w.conn.poll():  # not one fed above, on its "ready"
                     try:
-                        task, score = w.conn.recv()
+                        _, task, score = w.conn.recv()
                     except (EOFError, OSError):
                         dead = True
                     else:
@@ -384,10 +509,9 @@ class ProcessPool:
         return [WORST_SCORE if r is None else r for r in results]
 
     def close(self) -> None:
-        """Stop the workers (one still setting up is killed)."""
-        for w in self._pool:
-            w.stop(kill=not w.ready)
-        self._pool.clear()
+        """Stop the pool's own workers (one still setting up is killed); shared ones stay up for the next pool."""
+        if not self._shared:
+            self._procs.stop()
 
     def __enter__(self) -> ProcessPool:
         return self
@@ -737,6 +861,7 @@ def make_evaluator(
     workers: int = 1,
     cluster: str | None = None,
     timeout: float = 60.0,
+    shared: bool = False,
 ) -> SerialEvaluator | ProcessPool | DaskEvaluator:
     """The evaluator for a run: Dask when ``cluster`` is given, else processes, else this process.
 
@@ -748,9 +873,12 @@ def make_evaluator(
         A Dask scheduler address or ``local:N`` (see :class:`DaskEvaluator`).
     timeout : float
         Seconds per candidate (not enforced in this process, where nothing can stop it).
+    shared : bool
+        Worker processes kept for the life of this process, shared by every such evaluator
+        (see :class:`ProcessPool`), rather than started for this one.
     """
     if cluster:
         return DaskEvaluator(cluster, setup, score_fn, setup_arg, timeout=timeout)
     if workers > 1:
-        return ProcessPool(setup, score_fn, setup_arg, workers=workers, timeout=timeout)
+        return ProcessPool(setup, score_fn, setup_arg, workers=workers, timeout=timeout, shared=shared)
     return SerialEvaluator(setup, score_fn, setup_arg)

@@ -21,9 +21,7 @@ from tvm.s_tir import meta_schedule as ms
 from ...errors import TunaError
 from ...machine import Machine
 from .. import networks
-from ..builder import StaticBuilder
-from ..cost_model import TunaCostModel
-from ..runner import StaticRunner
+from ..network_tuning import tune_network
 from ..workloads import tvm_target
 from .measured_tuning import BUILD_TIMEOUT, Measured, Recorder, measuring_builder_runner, quiet_metaschedule
 from .timing import MIN_REPEAT_MS, REPEAT, Progress, check_runnable, device_of, report
@@ -70,7 +68,7 @@ def network_bench(
     name: str,
     target: Any,
     work_dir: str | os.PathLike,
-    trials_per_task: int = 8,
+    trials_per_task: int = 64,
     *,
     machine: str | None = None,
     methods: tuple[str, ...] = ("untuned", "tuna", "metaschedule", "pytorch"),
@@ -82,13 +80,15 @@ def network_bench(
     """Build, tune and time one network here, each way in ``methods``.
 
     ``untuned``: ``tvm.compile`` with the default Relax pipeline for the target; ``tuna``:
-    every task tuned offline with tuna's cost model and static runner, ``trials_per_task``
-    candidates each; ``metaschedule``: the same tasks tuned with XGBModel and real
-    measurement, the same trials; ``pytorch``: the same graph and weights in PyTorch eager
+    the network tuned offline as ``tuna tune NETWORK`` does
+    (:func:`~tuna.integration.network_tuning.tune_network`: tuna's ES on every task,
+    the gradient task scheduler, at most ``trials_per_task`` candidates each);
+    ``metaschedule``: the same tasks tuned with XGBModel and real measurement, the same
+    trials; ``pytorch``: the same graph and weights in PyTorch eager
     mode with as many threads as the target's cores (a row with a note when PyTorch is not
-    installed). Latency: ``VirtualMachine.time_evaluator``, median of ``repeat``. tuna's
-    evolutionary search keeps ``population_size`` candidates (as :func:`tuna.tune`);
-    MetaSchedule keeps its default.
+    installed). Latency: ``VirtualMachine.time_evaluator``, median of ``repeat``. tuna's ES
+    scores ``5 * population_size`` candidates per round (as :func:`tuna.tune`); MetaSchedule
+    keeps its default population.
 
     Raises
     ------
@@ -110,19 +110,20 @@ def network_bench(
             with tgt:
                 ex = tvm.compile(mod, tgt)
             rows.append(NetworkRow(name, method, 0.0, _time_vm(ex, name, dev, repeat)))
-        elif method in ("tuna", "metaschedule"):
+        elif method == "tuna":
+            report(progress, f"{name}: tuning every task with tuna, {trials_per_task} candidates each")
+            result = tune_network(name, mach, Path(work_dir) / name / method, trials_per_task,
+                                  population_size=population_size, seed=seed,
+                                  progress=None if progress is None else lambda line: report(progress, line))
+            report(progress, f"{name}: tuna tuned in {result.tune_seconds:.1f} s; timing")
+            rows.append(NetworkRow(name, method, result.tune_seconds, _time_vm(result.executable, name, dev, repeat),
+                                   result.trials, extra={"tasks": len(result.tasks)}))
+        elif method == "metaschedule":
             if tasks is None:
                 tasks = networks.extract_tasks(mod, tgt)
             n = len(tasks)
             report(progress, f"{name}: tuning {n} tasks with {method}, {trials_per_task} trials each")
-            if method == "tuna":
-                # tuna's cost model is slower per candidate than XGBoost: the smaller population
-                # of tuna.tune (256, not MetaSchedule's 2048) keeps its search time in proportion.
-                kwargs = {"builder": StaticBuilder(timeout_sec=BUILD_TIMEOUT), "runner": StaticRunner(mach),
-                          "cost_model": TunaCostModel(mach)}
-                strategy = ms.search_strategy.EvolutionarySearch(population_size=population_size)
-            else:
-                kwargs, strategy = measuring_builder_runner(BUILD_TIMEOUT), "evolutionary"
+            kwargs, strategy = measuring_builder_runner(BUILD_TIMEOUT), "evolutionary"
             contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
                 tasks, str(Path(work_dir) / name / method), strategy=strategy, seed=seed)
             done: list[Measured] = []

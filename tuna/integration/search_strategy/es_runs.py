@@ -60,7 +60,7 @@ def run_es(
     search_es = es_mod.EvolutionStrategies(spaces.search_space(), config, seed=seed)
     spec = worker_spec(mod, ctx.space_generator.postprocs, mach, tier)
     evaluator = workers_mod.make_evaluator(worker_setup, worker_score, spec,
-                                           workers=workers, cluster=cluster, timeout=timeout)
+                                           workers=workers, cluster=cluster, timeout=timeout, shared=True)
     start = time.perf_counter()
     try:
         es_mod.run(search_es, lambda cands: evaluator([spaces.trace(c) for c in cands]), max_evaluations,
@@ -90,6 +90,7 @@ def es_strategy(
     cluster: str | None,
     progress: Callable[[str], None] | None,
     known: Predictions | None = None,
+    state_file: str = STATE_FILE,
 ) -> ESSearch:
     """The :class:`ESSearch` that :func:`tuna.tune` uses for ``search="es"``.
 
@@ -99,7 +100,8 @@ def es_strategy(
     processes (None: one per physical core), then re-ranks the best ``ES_RERANK`` times as
     many candidates as it hands over with the full tier, in the same workers, and records
     their predictions in ``known`` (see :class:`ESSearch`). On a GPU without nvcc, where
-    the runner itself falls back to the IR tier, it hands over the IR tier's best.
+    the runner itself falls back to the IR tier, it hands over the IR tier's best. Its
+    state is kept in ``work_dir / state_file`` (one file per task of a network).
     """
     rerank = ES_RERANK if runner_tier(machine) == "full" else 0
     generations = max(1, math.ceil(5 * population_size / ES_POPULATION))
@@ -126,6 +128,6 @@ def es_strategy(
         rerank=rerank,
         known=known,
         seed=0 if seed is None else int(seed),
-        state_path=Path(work_dir) / STATE_FILE,
+        state_path=Path(work_dir) / state_file,
         progress=report,
     )

@@ -323,7 +323,8 @@ class _Run:
         machine = owner.machine if isinstance(owner.machine, Machine) else as_machine(self.ctx.target, owner.machine)
         spec = worker_spec(self.mod, self.postprocs, machine, owner.score)
         self.pool = workers_mod.make_evaluator(worker_setup, worker_score, spec, workers=owner.workers,
-                                               cluster=owner.cluster, timeout=owner.timeout)
+                                               cluster=owner.cluster, timeout=owner.timeout,
+                                               shared=True)
         return lambda cands: self.pool([self.spaces.trace(c) for c in cands])
 
     def _model_scores(self, cands: Sequence[es_mod.Candidate]) -> list[float]:
