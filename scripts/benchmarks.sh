@@ -7,27 +7,32 @@
 #   TRIALS      trials of each tuner in `bench tune`   (default 64)
 #   SEARCHES    tuna's searches in `bench tune`        (default "evolutionary,es")
 #   MORE_SEEDS  more seeds of those searches           (default "1,2"; "" for one run each)
-#   MODELS      networks of `bench network`            (default resnet18,bert)
-#   NET_TRIALS  trials per task in `bench network`     (default 32)
+#   MODELS      networks of `bench network`            (default resnet18,resnet50,mobilenetv2,bert)
+#   NET_TRIALS  trials per task in `bench network`     (default 64)
 #   RANK_ARGS   arguments of `bench rank`              (default: all shipped pools, tiers ir,full)
 #   SKIP        sections to leave out, e.g. "network"  (default none)
 #   OUT         folder of the JSON and PNGs            (default docs/bench)
 #   WORK        tuning databases and logs              (default a fresh folder under /tmp)
 #   NOTE        a caveat printed in bold at the top of BENCHMARKS.md (default none)
 # The full run with the defaults is long on 2 cores: about 5 min for rank, about 8 min per workload
-# for tune (three seeds of each search), and 1-2 min per tuning task and tuner for network
-# (ResNet-18 has 22 tasks, BERT 11), so roughly 2-3 hours in all; estimated from the smoke run below, taken on a loaded machine.
+# for tune (three seeds of each search), and for network at 64 trials per task, BERT (11 tasks):
+# tuna 6 min, MetaSchedule measuring about 20 min (2026-11-24, Zen 4); ResNet-50 and MobileNetV2
+# have several times as many tasks: many hours in all, which may be run network by network
+# (MODELS=bert SKIP="rank tune"), the JSON of each joined by `tuna bench report --network A --network B`.
 # A smoke run with tiny budgets (about 17 minutes on 2 cores shared with other jobs):
 #   WORKLOADS=NRM:0 TRIALS=8 MODELS=bert NET_TRIALS=1 \
 #     RANK_ARGS="tuna/data/pools/NRM-0.json tuna/data/pools/SFM-1.json --tiers ir" \
 #     bash scripts/benchmarks.sh
 source "$(dirname "$0")/_env.sh"
+# PyTorch eager is a row of `bench network` (optional: the row says when it is missing).
+.venv/bin/python -c "import torch" 2>/dev/null || .venv/bin/python -m pip install --quiet torch \
+    || echo "tuna: PyTorch could not be installed; bench network leaves its row out" >&2
 WORKLOADS=${WORKLOADS:-"GMM:1 C2D:1 C1D:0 DEP:0 NRM:0 SFM:1"}
 TRIALS=${TRIALS:-64}
 SEARCHES=${SEARCHES:-evolutionary,es}
 MORE_SEEDS=${MORE_SEEDS-1,2}
-MODELS=${MODELS:-resnet18,bert}
-NET_TRIALS=${NET_TRIALS:-32}
+MODELS=${MODELS:-resnet18,resnet50,mobilenetv2,bert}
+NET_TRIALS=${NET_TRIALS:-64}
 RANK_ARGS=${RANK_ARGS:-}
 SKIP=${SKIP:-}
 NOTE=${NOTE:-}

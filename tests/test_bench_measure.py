@@ -100,8 +100,8 @@ def test_pytorch_row_is_a_note_when_torch_is_missing():
         pytest.skip("PyTorch is installed here")
     from tuna.machine import preset
 
-    row = measure.whole_networks._torch_row("bert", preset("zen4"), 1, 0, None)
-    assert row.latency is None and "not installed" in row.note
+    row, timer = measure.whole_networks._torch_row("bert", preset("zen4"), 0)
+    assert row.latency is None and timer is None and "not installed" in row.note
 
 
 @pytest.mark.slow
@@ -145,3 +145,13 @@ def test_bench_tune_times_every_pick_and_the_pools_best_here(tmp_path, capsys):
             assert "def main" in Path(r["schedule"]).read_text()
         else:
             assert r["schedule"] is None
+
+
+@pytest.mark.slow
+def test_network_bench_times_every_way_of_a_network_together(tmp_path):
+    rows = measure.whole_networks.network_bench("bert", None, tmp_path, trials_per_task=1,
+                                                methods=("untuned", "tuna", "pytorch"), repeat=1)
+    by = {r.method: r for r in rows}
+    assert by["untuned"].latency > 0 and by["tuna"].latency > 0 and by["tuna"].trials >= 11
+    assert by["tuna"].tune_seconds > 0 and by["tuna"].extra["tasks"] == 11
+    assert (by["pytorch"].latency is None) == (not networks.torch_available())

@@ -46,13 +46,20 @@ def test_cli_tune_for_this_cpu_reports_and_saves_the_pick(tmp_path):
     # when a second tuning run starts in the same process.
     out = subprocess.run(
         [sys.executable, "-m", "tuna.cli", "tune", "GMM:0", "--target", "zen4", "--target", "graviton2",
-         "--trials", "8", "--per-iter", "8", "--population", "64", "--work-dir", str(tmp_path), "--verbose"],
+         "--trials", "8", "--per-iter", "8", "--population", "64", "--work-dir", str(tmp_path), "--verbose",
+         "--profile"],
         capture_output=True, text=True, timeout=600,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.count("8/8 candidates built and predicted") == 2
     assert "bound by" in out.stdout and "faster than it" in out.stdout and "vs untuned" in out.stdout
     assert "lanes_fma" in out.stdout and "2,097,152" in out.stdout  # --verbose: the raw features
+    # --profile: per target, where the time went, with the candidates each tier scored and its limit.
+    assert out.stdout.count("== profile") == 2
+    ir = [line for line in out.stdout.splitlines() if "IR tier: ES scoring" in line]
+    full = [line for line in out.stdout.splitlines() if "full tier: re-ranking" in line]
+    assert len(ir) == 2 and all("candidates" in line and "limit" in line for line in ir)
+    assert len(full) == 2 and all(" 16 candidates" in line for line in full)  # 2x the 8 handed over
     # MetaSchedule's own console lines stay out of the report, for the second target too.
     assert "[INFO]" not in out.stdout and "task_scheduler" not in out.stdout
     for name in ("zen4", "graviton2"):

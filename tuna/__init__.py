@@ -12,7 +12,7 @@ from .tiers import analyze
 __version__ = "0.1.0"
 
 _LAZY = {"ESSearch", "TunaCostModel", "StaticRunner", "StaticBuilder", "tune", "TuneResult", "load_workload",
-         "kernel_from_module", "export", "ExportInfo"}
+         "kernel_from_module", "export", "ExportInfo", "tune_network", "NetworkTuneResult"}
 
 __all__ = [
     "AnalysisError",
@@ -21,6 +21,7 @@ __all__ = [
     "ExportError",
     "ExportInfo",
     "Machine",
+    "NetworkTuneResult",
     "StaticBuilder",
     "StaticRunner",
     "TargetError",
@@ -37,6 +38,7 @@ __all__ = [
     "presets",
     "resolve",
     "tune",
+    "tune_network",
 ]
 
 

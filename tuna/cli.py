@@ -33,9 +33,45 @@ from .errors import TunaError
 from .tiers import TIERS
 
 
+def _profile_lines(tune_seconds: float, before: float, after: float) -> list[str]:
+    """``--profile``: where the run's wall time went (see :mod:`tuna.profile`)."""
+    from . import profile
+
+    phases = profile.snapshot()
+    lines = ["== profile (wall-clock seconds)",
+             f"   {'before tuning (imports, workload, targets)':<46}{before:>8.1f} s",
+             f"   {'tuning (MetaSchedule run)':<46}{tune_seconds:>8.1f} s   100%"]
+    for name, ph in phases.items():
+        share = ph.seconds / tune_seconds if tune_seconds else 0.0
+        line = f"     {name:<44}{ph.seconds:>8.1f} s {share:>5.0%}"
+        if ph.count:
+            line += f" {ph.count:>7,} candidates"
+            rate = ph.per_second()
+            if rate:
+                line += f" {rate:>8,.1f}/s"
+            limit = ph.limit_per_core()
+            if limit and ph.workers > 1:
+                line += (f" (limit {limit:,.1f}/s per core x {ph.workers} workers; "
+                         f"workers busy {ph.utilisation():.0%})")
+            elif limit:
+                line += f" (limit {limit:,.1f}/s)"
+        lines.append(line)
+    rest = tune_seconds - sum(ph.seconds for ph in phases.values())
+    lines += [f"     {'MetaSchedule and the rest':<44}{rest:>8.1f} s {rest / max(tune_seconds, 1e-9):>5.0%}",
+              f"   {'after tuning (final compile, report)':<46}{after:>8.1f} s"]
+    return lines
+
+
+def _since_start() -> float:
+    """Seconds since this process started."""
+    import psutil
+
+    return time.time() - psutil.Process().create_time()
+
+
 def _tune_network(args: argparse.Namespace, targets: list[str], work_root: Path) -> int:
     """``tuna tune NETWORK``: every task of a network, then a table of the tasks and the summary."""
-    from . import integration
+    from . import integration, profile
     from .integration import export, network_tuning
 
     machines_ = [integration.as_machine(t, args.machine) for t in targets]
@@ -46,7 +82,7 @@ def _tune_network(args: argparse.Namespace, targets: list[str], work_root: Path)
             out = Path(args.export)
             exports[mach.name] = out if len(machines_) == 1 else out.with_name(f"{out.stem}-{mach.name}{out.suffix}")
             export.check_network_path(exports[mach.name], mach)
-    summary = []
+    summary, finished = [], 0.0
     for mach in machines_:
         _quiet_tvm()
         print(f"== tuna tune {args.workload} (a network) for {mach.name} ({mach.title})")
@@ -54,6 +90,9 @@ def _tune_network(args: argparse.Namespace, targets: list[str], work_root: Path)
         print(f"   up to {args.trials} candidates per task, all predicted by static analysis; "
               "nothing runs on the target")
         work_dir = work_root / f"{name}-{mach.name}"
+        profile.reset()
+        began = _since_start()
+        before = began - finished
         result = network_tuning.tune_network(
             args.workload, mach, work_dir, trials_per_task=args.trials, num_trials_per_iter=args.per_iter,
             population_size=args.population, seed=args.seed, progress=print, workers=args.workers,
@@ -79,6 +118,10 @@ def _tune_network(args: argparse.Namespace, targets: list[str], work_root: Path)
         if mach.name in exports:
             info = export.export_network(result.executable, mach, exports[mach.name])
             print("   " + str(info).replace("\n", "\n   ") + "\n")
+        if args.profile:
+            print("\n".join(_profile_lines(result.tune_seconds, before, _since_start() - began - result.tune_seconds)))
+            print()
+        finished = _since_start()
         summary.append((mach.name, total, result.tune_seconds, result.trials, len(result.tasks)))
     print("== summary")
     print(f"   {'target':<16}{'predicted ms':>14}{'tasks':>7}{'tune s':>9}{'trials':>8}")
@@ -129,7 +172,7 @@ def _write_report(report, json_path: Path, png_path: Path) -> None:
 
 
 def _tune(args: argparse.Namespace) -> int:
-    from . import integration
+    from . import integration, profile
     from .integration import reporting
 
     targets = args.target or ["zen4"]
@@ -148,13 +191,16 @@ def _tune(args: argparse.Namespace) -> int:
             out = Path(args.export)
             exports[mach.name] = out if len(machines_) == 1 else out.with_name(f"{out.stem}-{mach.name}{out.suffix}")
             export.check_path(exports[mach.name], mach)
-    summary = []
+    summary, finished = [], 0.0
     for mach in machines_:
         _quiet_tvm()  # MetaSchedule's logging set-up of the previous target turned its console to INFO
         print(f"== tuna tune {args.workload} for {mach.name} ({mach.title})")
         print(f"   TVM target {mach.target_json()}")
         print(f"   {args.trials} candidates, all predicted by static analysis; nothing runs on the target")
         work_dir = work_root / f"{Path(str(args.workload)).stem.replace(':', '-')}-{mach.name}"
+        profile.reset()
+        began = _since_start()
+        before = began - finished
         result = integration.tune(
             workload,
             mach,
@@ -187,6 +233,10 @@ def _tune(args: argparse.Namespace) -> int:
               f"{work_dir / 'report.json'}, figure: {work_dir / 'report.png'}\n   database: {work_dir}\n")
         if mach.name in exports:
             print("   " + str(result.export(exports[mach.name])).replace("\n", "\n   ") + "\n")
+        if args.profile:
+            print("\n".join(_profile_lines(result.tune_seconds, before, _since_start() - began - result.tune_seconds)))
+            print()
+        finished = _since_start()
         summary.append((mach.name, report, result.tune_seconds, result.trials))
     print("== summary")
     print(f"   {'target':<16}{'predicted us':>14}{'bound by':>18}{'vs untuned':>12}{'tune s':>9}{'trials':>8}")
@@ -667,6 +717,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cluster", help="Dask scheduler for --search es: tcp://host:port, or local:N to start N "
                                      "local worker processes (bound to 127.0.0.1)")
     p.add_argument("--verbose", "-v", action="store_true", help="print the raw features too (always in report.json)")
+    p.add_argument("--profile", action="store_true",
+                   help="print where the run's time went: worker start-up, IR tier, full tier, builder, runner, "
+                        "MetaSchedule, with the candidates per second each reached and its limit per core")
     p.add_argument("--export", metavar="FILE",
                    help="write the tuned module for the target: .so, .tar or .o (CPUs); .so, .tar, .cu or .ptx "
                         "(CUDA); a network's Relax VM executable: .so or .tar (CPUs); with several targets each "

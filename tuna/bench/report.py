@@ -386,11 +386,13 @@ def benchmarks_markdown(
     ])
     section("Whole networks (`tuna bench network`)", network, "network", lambda d: [
         "Batch 1, random weights, built with TVM Relax from `tuna/integration/networks.py`. `untuned`: "
-        "`tvm.compile` with TVM's default CPU pipeline; `tuna`: every task tuned offline with tuna's cost "
-        "model and static runner; `metaschedule`: the same tasks and trials with XGBModel and real "
-        "measurement; `pytorch`: the same graph and weights in PyTorch eager mode. Latency: "
-        "`VirtualMachine.time_evaluator`, median of 5. Tuning time and latency side by side, as in Tables I "
-        "and II of the Tuna paper.",
+        "`tvm.compile` with TVM's default CPU pipeline; `tuna`: `tuna tune NETWORK` (tuna's ES on every task, "
+        "its cost model and static runner, MetaSchedule's gradient task scheduler); `metaschedule`: the same "
+        "tasks and trials per task with XGBModel and real measurement; `pytorch`: the same graph and weights "
+        "in PyTorch eager mode. Trials: candidates tuned (a task whose design space holds fewer schedules "
+        "stops early, with both tuners). Latency: `VirtualMachine.time_evaluator`, median of 5, every way "
+        "timed at the end of the network, in turn, three rounds (median). Tuning time and latency side by "
+        "side, as in Tables I and II of the Tuna paper.",
         "",
         network_table(d["rows"], markdown=True),
     ])

@@ -13,7 +13,8 @@ Laid out as the data flows, one folder per MetaSchedule extension point:
 - :mod:`.runner`: :class:`StaticRunner` (a ``PyRunner`` that predicts instead of
   measuring), and the :class:`Prediction` the search hands it;
 - :mod:`.search_strategy`: :class:`ESSearch`, tuna's evolution strategies for MetaSchedule;
-- :mod:`.tuning`: :func:`tune`;
+- :mod:`.tuning`: :func:`tune`; :mod:`.network_tuning`: :func:`tune_network` (every task of a
+  Relax module);
 - :mod:`.export`: the tuned schedule compiled and written to deploy (:func:`export_module`);
 - :mod:`.measure` and :mod:`.networks`: real measurement for the benchmarks, and their scorers;
 - :mod:`.database_import`: MetaSchedule databases (older TVM releases too) as measured pools.
@@ -34,6 +35,7 @@ from .export import ExportInfo, export_module
 from .intrinsics import load_tensor_intrinsics, new_tune_context
 from .lower import kernel_from_func, kernel_from_module
 from .measure import pool_features, pool_module, xgb_scores
+from .network_tuning import NetworkTuneResult, TaskResult, tune_network
 from .runner import PREDICTION, SIDECAR, Prediction, Predictions, StaticRunner, structural_key
 from .search_strategy import ESSearch
 from .tuning import TuneResult, tune
@@ -44,10 +46,12 @@ __all__ = [
     "SIDECAR",
     "ESSearch",
     "ExportInfo",
+    "NetworkTuneResult",
     "Prediction",
     "Predictions",
     "StaticBuilder",
     "StaticRunner",
+    "TaskResult",
     "TunaCostModel",
     "TuneResult",
     "apply_trace",
@@ -70,6 +74,7 @@ __all__ = [
     "runner_tier",
     "structural_key",
     "tune",
+    "tune_network",
     "tvm_target",
     "workload_names",
     "xgb_scores",

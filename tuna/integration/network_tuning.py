@@ -130,11 +130,16 @@ def load_network(spec: str | os.PathLike | tvm.IRModule, seed: int = 0) -> tuple
         path = Path(spec)
         name = path.stem
         try:
-            mod = tvm.script.from_source(path.read_text())
+            text = path.read_text()
         except (OSError, UnicodeDecodeError) as err:
             raise WorkloadError(f"network file {path} cannot be read: {err}") from None
+        try:
+            mod = tvm.script.from_source(text)
         except Exception as err:  # TVMScript's parser raises its own diagnostics
-            raise WorkloadError(f"network file {path} does not parse as TVMScript: {str(err).strip()[:500]}") from None
+            hint = ("; its constants are not in it: write it with mod.script(show_meta=True)"
+                    if "Metadata omitted" in text else "")
+            raise WorkloadError(f"network file {path} does not parse as TVMScript{hint}: "
+                                f"{str(err).strip()[:500]}") from None
     if not isinstance(mod, tvm.IRModule) or not any(isinstance(f, relax.Function) for f in mod.functions.values()):
         raise WorkloadError(f"{name} holds no Relax function: give a Relax IRModule (or tune a TIR workload)")
     return name, mod
@@ -160,8 +165,8 @@ def tune_network(
     ----------
     network : str, path or IRModule
         A built-in network (``resnet18``, ``resnet50``, ``mobilenetv2``, ``bert``), a
-        TVMScript file holding a Relax module, or the Relax module itself (weights bound
-        as constants).
+        TVMScript file holding a Relax module (``mod.script(show_meta=True)``, so that it
+        holds the weights), or the Relax module itself (weights bound as constants).
     target : str, dict, tvm.target.Target
         Preset name or TVM target.
     work_dir : path

@@ -41,6 +41,7 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+from .. import profile
 from ..errors import TunaError
 from ..estimate import WORST_SCORE
 
@@ -103,12 +104,22 @@ class SerialEvaluator:
         self._setup, self._score, self._arg = setup, score_fn, setup_arg
         self._state: Any = None
         self._ready = False
+        self.busy_seconds = 0.0
+
+    def start(self) -> None:
+        """Set up (once)."""
+        if not self._ready:
+            began = time.perf_counter()
+            self._state, self._ready = self._setup(self._arg), True
+            profile.add(profile.STARTUP, time.perf_counter() - began)
 
     def __call__(self, payloads: Sequence[Any], timeout: float | None = None) -> list[float]:
         """Score ``payloads`` in order (``timeout`` cannot be enforced in this process)."""
-        if not self._ready:
-            self._state, self._ready = self._setup(self._arg), True
-        return [_safe_score(self._score, self._state, p) for p in payloads]
+        self.start()
+        began = time.perf_counter()
+        scores = [_safe_score(self._score, self._state, p) for p in payloads]
+        self.busy_seconds += time.perf_counter() - began
+        return scores
 
     def close(self) -> None:
         """Nothing to release."""
@@ -149,7 +160,7 @@ def _worker_main(conn: Connection) -> None:
 
     Messages: ``("setup", key, pickled (setup, score_fn, setup_arg))``, answered ``("ready",
     key, None)`` or ``("setup-failed", key, why)``; ``("score", task, key, payload)``, answered
-    ``("score", task, value)``; None to stop. The parent mirrors which set-ups are kept.
+    ``("score", task, value, seconds spent)``; None to stop. The parent mirrors which set-ups are kept.
     """
     kept: OrderedDict[str, tuple[Score, Any]] = OrderedDict()
     while True:
@@ -173,7 +184,9 @@ def _worker_main(conn: Connection) -> None:
             _, task, key, payload = msg
             score_fn, state = kept[key]
             kept.move_to_end(key)
-            reply = ("score", task, _safe_score(score_fn, state, payload))
+            start = time.perf_counter()
+            score = _safe_score(score_fn, state, payload)
+            reply = ("score", task, score, time.perf_counter() - start)
         try:
             conn.send(reply)
         except OSError:  # the parent is gone
@@ -244,7 +257,10 @@ class _Worker:
         self.task, self.started = task, time.monotonic()
         self.cpu_started = _cpu_seconds(self.process.pid)
         self.kept.move_to_end(key)
-        self.conn.send(("score", task, key, payload))
+        try:
+            self.conn.send(("score", task, key, payload))
+        except OSError:  # it has just died: its EOF tells the pool, which scores the payload worst
+            pass
 
     def cpu_used(self) -> float:
         """CPU seconds the worker has used on its current payload."""
@@ -369,6 +385,8 @@ class ProcessPool:
         self._procs = shared_processes(workers) if shared else _Processes()
         self.crashed = 0
         self.timed_out = 0
+        #: Seconds the workers spent scoring this pool's payloads (those that came back).
+        self.busy_seconds = 0.0
 
     @property
     def _pool(self) -> list[_Worker]:
@@ -382,6 +400,14 @@ class ProcessPool:
         TunaError
             When a worker's setup fails or takes longer than ``setup_timeout``.
         """
+        began = time.perf_counter()
+        try:
+            self._start()
+        finally:
+            if time.perf_counter() - began > 0.01:  # something started or set up
+                profile.add(profile.STARTUP, time.perf_counter() - began)
+
+    def _start(self) -> None:
         for w in list(self._pool):
             if w.setting_up not in (None, self._key):
                 # A replacement another pool started is still setting up for it: read its answer.
@@ -466,8 +492,11 @@ class ProcessPool:
             feed(w)
         # Replacements of killed workers set up (seconds: TVM's import) while the others score.
         starting: dict[Connection, _Worker] = {}
+        # The limits are checked every _CPU_POLL_SECONDS, not at each answer: reading a
+        # process's CPU time costs about as much as a fast candidate's answer.
+        next_check = time.monotonic() + _CPU_POLL_SECONDS
         while busy or (starting and pending):
-            deadline = min([time.monotonic() + _CPU_POLL_SECONDS if busy else math.inf]
+            deadline = min([next_check if busy else math.inf]
                            + [w.started + self.setup_timeout for w in starting.values()])
             # A worker that dies closes its end of the pipe: its connection turns ready (EOF).
             ready = wait(list(busy) + list(starting), timeout=max(0.0, deadline - time.monotonic()))
@@ -478,15 +507,19 @@ class ProcessPool:
             for w in starting.values():
                 if time.monotonic() - w.started > self.setup_timeout:
                     self._setup_overdue(w)
+            check = time.monotonic() >= next_check
+            if check:
+                next_check = time.monotonic() + _CPU_POLL_SECONDS
             for w in list(busy.values()):
                 dead = False
                 if w.conn in ready and w.conn.poll():  # not one fed above, on its "ready"
                     try:
-                        _, task, score = w.conn.recv()
+                        _, task, score, seconds = w.conn.recv()
                     except (EOFError, OSError):
                         dead = True
                     else:
                         results[task] = score
+                        self.busy_seconds += seconds
                         del busy[w.conn]
                         w.task = None
                         feed(w)
@@ -496,7 +529,7 @@ class ProcessPool:
                     self.crashed += 1
                     logger.warning("tuna search: a worker died (exit code %s) scoring candidate %d; "
                                    "it scores worst", w.exitcode, w.task)
-                elif w.cpu_used() > limit or time.monotonic() - w.started > wall:
+                elif check and (w.cpu_used() > limit or time.monotonic() - w.started > wall):
                     self.timed_out += 1
                     logger.warning("tuna search: candidate %d ran past its limit (%g CPU seconds, %g s wall "
                                    "clock); it scores worst", w.task, limit, wall)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 from pathlib import Path
 
 import tvm
@@ -11,6 +12,7 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import BuilderResult, LocalBuilder, PyBuilder
 from tvm.s_tir.meta_schedule.builder.local_builder import default_build, default_export
 
+from ... import profile
 from ..intrinsics import load_tensor_intrinsics
 from ..runner import SIDECAR, Predictions, structural_key
 
@@ -62,6 +64,7 @@ class StaticBuilder(PyBuilder):
         self.reused = 0
 
     def build(self, build_inputs) -> list[BuilderResult]:
+        began = time.perf_counter()
         results: list[BuilderResult | None] = [None] * len(build_inputs)
         todo = []
         for i, inp in enumerate(build_inputs):
@@ -76,4 +79,5 @@ class StaticBuilder(PyBuilder):
         if todo:
             for i, res in zip(todo, self.local.build([build_inputs[i] for i in todo])):
                 results[i] = res
+        profile.add(profile.BUILDER, time.perf_counter() - began, len(build_inputs))
         return results

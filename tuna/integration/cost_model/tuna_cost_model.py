@@ -15,6 +15,7 @@ import tvm_ffi
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 
+from ... import profile
 from ...errors import TunaError
 from ...estimate import WORST_SCORE
 from ...machine import resolve
@@ -77,6 +78,7 @@ class TunaCostModel(PyCostModel):
         scores = np.array([self.score_module(c.sch.mod) for c in candidates], dtype="float64")
         self.predicted += len(candidates)
         self.seconds += time.perf_counter() - start
+        profile.add(profile.COST_MODEL, time.perf_counter() - start, len(candidates), time.perf_counter() - start)
         return scores
 
     def update(self, context, candidates, results) -> None:

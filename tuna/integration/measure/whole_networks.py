@@ -10,6 +10,7 @@ import logging
 import os
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,15 +25,20 @@ from .. import networks
 from ..network_tuning import tune_network
 from ..workloads import tvm_target
 from .measured_tuning import BUILD_TIMEOUT, Measured, Recorder, measuring_builder_runner, quiet_metaschedule
-from .timing import MIN_REPEAT_MS, REPEAT, Progress, check_runnable, device_of, report
+from .timing import MIN_REPEAT_MS, REPEAT, ROUNDS, Progress, check_runnable, device_of, report
 
 logger = logging.getLogger("tuna")
 
-def _time_vm(executable: Any, name: str, dev: tvm.runtime.Device, repeat: int) -> float:
+def _vm_timer(executable: Any, name: str, dev: tvm.runtime.Device) -> Callable[[int], float]:
+    """A function timing the executable: median seconds of ``repeat`` runs of ``main`` (time_evaluator)."""
     vm = relax.VirtualMachine(executable, dev)
     inp = tvm.runtime.tensor(networks.example_input(name), dev)
-    evaluator = vm.time_evaluator("main", dev, number=1, repeat=repeat, min_repeat_ms=MIN_REPEAT_MS)
-    return float(statistics.median(evaluator(inp).results))
+
+    def timer(repeat: int) -> float:
+        evaluator = vm.time_evaluator("main", dev, number=1, repeat=repeat, min_repeat_ms=MIN_REPEAT_MS)
+        return float(statistics.median(evaluator(inp).results))
+
+    return timer
 
 
 @dataclass
@@ -86,7 +92,8 @@ def network_bench(
     ``metaschedule``: the same tasks tuned with XGBModel and real measurement, the same
     trials; ``pytorch``: the same graph and weights in PyTorch eager
     mode with as many threads as the target's cores (a row with a note when PyTorch is not
-    installed). Latency: ``VirtualMachine.time_evaluator``, median of ``repeat``. tuna's ES
+    installed). Latency: ``VirtualMachine.time_evaluator``, median of ``repeat``; all ways
+    are timed at the end, in turn, :data:`ROUNDS` rounds (the median of the rounds). tuna's ES
     scores ``5 * population_size`` candidates per round (as :func:`tuna.tune`); MetaSchedule
     keeps its default population.
 
@@ -103,21 +110,24 @@ def network_bench(
     dev = device_of(mach)
     mod = networks.relax_module(name, seed)
     rows: list[NetworkRow] = []
+    timers: list[Callable[[int], float] | None] = []  # per row: median seconds of ``repeat`` runs
     tasks = None
     for method in methods:
         if method == "untuned":
             report(progress, f"{name}: building untuned (TVM's default pipeline)")
             with tgt:
                 ex = tvm.compile(mod, tgt)
-            rows.append(NetworkRow(name, method, 0.0, _time_vm(ex, name, dev, repeat)))
+            rows.append(NetworkRow(name, method, 0.0, None))
+            timers.append(_vm_timer(ex, name, dev))
         elif method == "tuna":
             report(progress, f"{name}: tuning every task with tuna, {trials_per_task} candidates each")
             result = tune_network(name, mach, Path(work_dir) / name / method, trials_per_task,
                                   population_size=population_size, seed=seed,
                                   progress=None if progress is None else lambda line: report(progress, line))
-            report(progress, f"{name}: tuna tuned in {result.tune_seconds:.1f} s; timing")
-            rows.append(NetworkRow(name, method, result.tune_seconds, _time_vm(result.executable, name, dev, repeat),
-                                   result.trials, extra={"tasks": len(result.tasks)}))
+            report(progress, f"{name}: tuna tuned in {result.tune_seconds:.1f} s")
+            rows.append(NetworkRow(name, method, result.tune_seconds, None, result.trials,
+                                   extra={"tasks": len(result.tasks)}))
+            timers.append(_vm_timer(result.executable, name, dev))
         elif method == "metaschedule":
             if tasks is None:
                 tasks = networks.extract_tasks(mod, tgt)
@@ -141,33 +151,51 @@ def network_bench(
                 **kwargs,
             )
             tune_seconds = time.perf_counter() - start
-            report(progress, f"{name}: {method} tuned in {tune_seconds:.1f} s; compiling and timing")
+            report(progress, f"{name}: {method} tuned in {tune_seconds:.1f} s; compiling")
             ex = ms.relax_integration.compile_relax(database, mod, tgt, params=None)
-            rows.append(NetworkRow(name, method, tune_seconds, _time_vm(ex, name, dev, repeat), len(done),
-                                   extra={"tasks": n}))
+            rows.append(NetworkRow(name, method, tune_seconds, None, len(done), extra={"tasks": n}))
+            timers.append(_vm_timer(ex, name, dev))
         else:
-            rows.append(_torch_row(name, mach, repeat, seed, progress))
+            row, timer = _torch_row(name, mach, seed)
+            rows.append(row)
+            timers.append(timer)
+    # Timed together at the end, in turn, so that a change in the machine's load (it is shared)
+    # falls on every way alike rather than on the one that happened to be timed then.
+    report(progress, f"{name}: timing {', '.join(r.method for r, t in zip(rows, timers) if t)} in turn, "
+                     f"{ROUNDS} rounds")
+    samples: list[list[float]] = [[] for _ in rows]
+    for _ in range(ROUNDS):
+        for i, timer in enumerate(timers):
+            if timer is not None:
+                samples[i].append(timer(repeat))
+    for row, got in zip(rows, samples):
+        if got:
+            row.latency = float(statistics.median(got))
     return rows
 
 
-def _torch_row(name: str, mach: Machine, repeat: int, seed: int, progress: Progress) -> NetworkRow:
+def _torch_row(name: str, mach: Machine, seed: int) -> tuple[NetworkRow, Callable[[int], float] | None]:
+    """The PyTorch eager row and its timer (None when PyTorch is not installed)."""
     if not networks.torch_available():
-        return NetworkRow(name, "pytorch", None, None, note="skipped: PyTorch is not installed")
+        return NetworkRow(name, "pytorch", None, None, note="skipped: PyTorch is not installed"), None
     import torch
 
-    torch.set_num_threads(max(int(mach.target.get("num-cores", mach.cores)), 1))
-    report(progress, f"{name}: PyTorch eager, {torch.get_num_threads()} threads")
+    threads = max(int(mach.target.get("num-cores", mach.cores)), 1)
     run = networks.torch_callable(name, seed)
     inp = networks.example_input(name)
-    run(inp)  # warm-up
-    samples = []
-    for _ in range(repeat):
-        count, start = 0, time.perf_counter()
-        while True:  # at least MIN_REPEAT_MS per repeat, as time_evaluator does
-            run(inp)
-            count += 1
-            if time.perf_counter() - start >= MIN_REPEAT_MS / 1000:
-                break
-        samples.append((time.perf_counter() - start) / count)
-    return NetworkRow(name, "pytorch", 0.0, float(statistics.median(samples)),
-                      note=f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+
+    def timer(repeat: int) -> float:
+        torch.set_num_threads(threads)
+        run(inp)  # warm-up
+        samples = []
+        for _ in range(repeat):
+            count, start = 0, time.perf_counter()
+            while True:  # at least MIN_REPEAT_MS per repeat, as time_evaluator does
+                run(inp)
+                count += 1
+                if time.perf_counter() - start >= MIN_REPEAT_MS / 1000:
+                    break
+            samples.append((time.perf_counter() - start) / count)
+        return float(statistics.median(samples))
+
+    return NetworkRow(name, "pytorch", 0.0, None, note=f"torch {torch.__version__}, {threads} threads"), timer

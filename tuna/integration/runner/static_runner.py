@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture, RunnerFuture, RunnerResult
 
-from ... import tiers
+from ... import profile, tiers
 from ...errors import AnalysisError
 from ..analysis import estimate_module, kernel_with_code, runner_tier
 from ..workloads import as_machine, parse_tvmscript
@@ -92,6 +93,7 @@ class StaticRunner(PyRunner):
         return estimate_module(mod, self.machine, tier).seconds
 
     def run(self, runner_inputs) -> list[RunnerFuture]:
+        began = time.perf_counter()
         futures = []
         for inp in runner_inputs:
             try:
@@ -101,5 +103,6 @@ class StaticRunner(PyRunner):
                 result = RunnerResult(None, f"tuna StaticRunner: {type(err).__name__}: {err}")
             futures.append(_Ready(result))
             self.ran += 1
+        profile.add(profile.RUNNER, time.perf_counter() - began, len(futures))
         return futures
 

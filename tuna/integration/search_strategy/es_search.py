@@ -25,6 +25,7 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy
 
+from ... import profile
 from ...errors import TunaError
 from ...estimate import WORST_SCORE, seconds_from_score
 from ...machine import Machine
@@ -221,6 +222,7 @@ class _Run:
     def __init__(
         self, owner: ESSearch, max_trials: int, per_iter: int, schedules: list, cost_model: Any, database: Any
     ) -> None:
+        began = time.perf_counter()
         ctx = owner._ctx
         self.owner, self.ctx = owner, ctx
         self.mod: tvm.IRModule = ctx.mod
@@ -246,6 +248,7 @@ class _Run:
                 self.handed.add(structural_key(sch.mod))
         self.evaluate = self._evaluator()
         self.empty_rounds = 0
+        profile.add(profile.SEARCH_SETUP, time.perf_counter() - began)
 
     def _fingerprint(self) -> str:
         shape = [list(c) for c in self.spaces.search_space().choices]
@@ -325,7 +328,18 @@ class _Run:
         self.pool = workers_mod.make_evaluator(worker_setup, worker_score, spec, workers=owner.workers,
                                                cluster=owner.cluster, timeout=owner.timeout,
                                                shared=True)
-        return lambda cands: self.pool([self.spaces.trace(c) for c in cands])
+        return lambda cands: self._scored(profile.IR, [self.spaces.trace(c) for c in cands])
+
+    def _scored(self, phase: str, payloads: list, timeout: float | None = None) -> list[float]:
+        """Score ``payloads`` in the workers, adding the time to ``phase`` of the profile."""
+        if hasattr(self.pool, "start"):
+            self.pool.start()  # start-up is a phase of its own
+        busy = getattr(self.pool, "busy_seconds", None)
+        began = time.perf_counter()
+        scores = self.pool(payloads, timeout=timeout)
+        spent = None if busy is None else self.pool.busy_seconds - busy
+        profile.add(phase, time.perf_counter() - began, len(payloads), spent, self.pool.workers)
+        return scores
 
     def _model_scores(self, cands: Sequence[es_mod.Candidate]) -> list[float]:
         built = [build(self.mod, self.spaces.trace(c), self.postprocs) for c in cands]
@@ -374,6 +388,7 @@ class _Run:
         size = want * max(1, rerank)
         chosen: list[tuple[es_mod.Candidate, s_tir.Schedule, int]] = []
         seen = set(self.handed)
+        began = time.perf_counter()
         for cand, _ in self.es.best(self.owner.config.keep, exclude=lambda c: c in self.measured or c in self.passed):
             sch = build(self.mod, self.spaces.trace(cand), self.postprocs)
             key = None if sch is None else structural_key(sch.mod)
@@ -384,12 +399,13 @@ class _Run:
             chosen.append((cand, sch, key))
             if len(chosen) == size:
                 break
+        profile.add(profile.PICK, time.perf_counter() - began, len(chosen))
         if not rerank or not chosen:
             return chosen[:want]
         todo = [c for c, _, _ in chosen if c not in self.full]
         payloads = [{"trace": self.spaces.trace(c), "tier": "full"} for c in todo]
         start = time.perf_counter()
-        self.full.update(zip(todo, self.pool(payloads, timeout=self.owner.rerank_timeout)))
+        self.full.update(zip(todo, self._scored(profile.FULL, payloads, timeout=self.owner.rerank_timeout)))
         failed = {c for c, _, _ in chosen if self.full[c] <= WORST_SCORE}
         self.passed |= failed
         self.es.reject(sorted(failed))
