@@ -204,7 +204,10 @@ def tune_network(
         contexts = []
         loggers = get_loggers_from_work_dir(str(work_dir), [t.task_name for t in extracted])
         for i, (task, logger, rand_state) in enumerate(zip(extracted, loggers, fork_seed(seed, n=len(extracted)))):
-            strategy = es_strategy(mach, work_dir, population_size, seed, workers, cluster, None, known,
+            # MetaSchedule commits a task's candidates when it comes back to the task, after a
+            # pass over all of them: the ES's own line per round shows the work before that.
+            strategy = es_strategy(mach, work_dir, population_size, seed, workers, cluster,
+                                   _task_lines(progress, i, len(extracted), task.task_name), known,
                                    state_file=work_dirs.state_file(i, task.task_name))
             contexts.append(new_tune_context(mod=task.dispatched[0], target=tgt, space_generator="post-order-apply",
                                              search_strategy=strategy, task_name=task.task_name, logger=logger,
@@ -242,6 +245,13 @@ def tune_network(
         with tgt:
             executable = ms.relax_integration.compile_relax(database, mod, tgt, params=None)
     return NetworkTuneResult(name, mach, executable, database, tasks, elapsed, tracker.done)
+
+
+def _task_lines(progress: Callable[[str], None] | None, i: int, n: int, name: str) -> Callable[[str], None] | None:
+    """The ES's progress lines of task ``i``, named."""
+    if progress is None:
+        return None
+    return lambda line: progress(f"  task {i + 1:>3}/{n} {name[:40]:<40} |{line.removeprefix('  es')}")
 
 
 def _task_result(database: Any, ctx: Any, task: Any) -> TaskResult:
