@@ -173,12 +173,10 @@ def _write_report(report, json_path: Path, png_path: Path) -> None:
 
 def _tune(args: argparse.Namespace) -> int:
     from . import integration, profile
-    from .integration import reporting
+    from .integration import network_tuning, reporting
 
     targets = args.target or ["zen4"]
     work_root = Path(args.work_dir)
-    from .integration import network_tuning
-
     if network_tuning.is_network(args.workload):
         return _tune_network(args, targets, work_root)
     workload = integration.load_workload(args.workload)

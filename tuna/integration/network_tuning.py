@@ -13,7 +13,7 @@ import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -73,8 +73,13 @@ class NetworkTuneResult:
     ----------
     name : str
         The network's name.
+    machine : Machine
+        What it was tuned for.
     executable : tvm.relax.VMExecutable
-        The network compiled with the tuned schedules (``executable.export_library(path)``).
+        The network compiled with the tuned schedules (``executable.export_library(path)``,
+        or :func:`~tuna.integration.export.export_network`).
+    database : ms.database.Database
+        MetaSchedule's database of the run (every task's candidates and predictions).
     tasks : list of TaskResult
         Per task, in the order the tasks were extracted.
     tune_seconds : float
@@ -90,7 +95,6 @@ class NetworkTuneResult:
     tasks: list[TaskResult]
     tune_seconds: float
     trials: int
-    extra: dict = field(default_factory=dict)
 
     @property
     def predicted_seconds(self) -> float:
