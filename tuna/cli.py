@@ -69,6 +69,19 @@ def _since_start() -> float:
     return time.time() - psutil.Process().create_time()
 
 
+def _export_paths(spec: str | None, machines_: list, check) -> dict[str, Path]:
+    """``--export``: the file for each target (FILE, or FILE's stem-<target> with several),
+    each checked by ``check(path, machine)`` so that a name the target has no format for is
+    refused before tuning."""
+    exports: dict[str, Path] = {}
+    if spec:
+        out = Path(spec)
+        for mach in machines_:
+            exports[mach.name] = out if len(machines_) == 1 else out.with_name(f"{out.stem}-{mach.name}{out.suffix}")
+            check(exports[mach.name], mach)
+    return exports
+
+
 def _tune_network(args: argparse.Namespace, targets: list[str], work_root: Path) -> int:
     """``tuna tune NETWORK``: every task of a network, then a table of the tasks and the summary."""
     from . import integration, profile
@@ -76,12 +89,7 @@ def _tune_network(args: argparse.Namespace, targets: list[str], work_root: Path)
 
     machines_ = [integration.as_machine(t, args.machine) for t in targets]
     name = Path(str(args.workload)).stem
-    exports = {}
-    if args.export:
-        for mach in machines_:  # refused before tuning
-            out = Path(args.export)
-            exports[mach.name] = out if len(machines_) == 1 else out.with_name(f"{out.stem}-{mach.name}{out.suffix}")
-            export.check_network_path(exports[mach.name], mach)
+    exports = _export_paths(args.export, machines_, export.check_network_path)
     summary, finished = [], 0.0
     for mach in machines_:
         _quiet_tvm()
@@ -173,7 +181,7 @@ def _write_report(report, json_path: Path, png_path: Path) -> None:
 
 def _tune(args: argparse.Namespace) -> int:
     from . import integration, profile
-    from .integration import network_tuning, reporting
+    from .integration import export, network_tuning, reporting
 
     targets = args.target or ["zen4"]
     work_root = Path(args.work_dir)
@@ -181,14 +189,7 @@ def _tune(args: argparse.Namespace) -> int:
         return _tune_network(args, targets, work_root)
     workload = integration.load_workload(args.workload)
     machines_ = [integration.as_machine(t, args.machine) for t in targets]
-    exports = {}
-    if args.export:
-        from .integration import export
-
-        for mach in machines_:  # a file name the target has no format for is refused before tuning
-            out = Path(args.export)
-            exports[mach.name] = out if len(machines_) == 1 else out.with_name(f"{out.stem}-{mach.name}{out.suffix}")
-            export.check_path(exports[mach.name], mach)
+    exports = _export_paths(args.export, machines_, export.check_path)
     summary, finished = [], 0.0
     for mach in machines_:
         _quiet_tvm()  # MetaSchedule's logging set-up of the previous target turned its console to INFO

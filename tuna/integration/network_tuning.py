@@ -34,7 +34,7 @@ from .cost_model import TunaCostModel
 from .intrinsics import new_tune_context
 from .runner import Predictions, StaticRunner
 from .search_strategy import es_strategy
-from .tuning import _RecordsWritten
+from .tuning import held_work_dir
 from .workloads import as_machine, tvm_target
 
 
@@ -202,9 +202,7 @@ def tune_network(
         check_cluster(cluster)
     known = Predictions()
     cost_model = TunaCostModel(mach)
-    with work_dirs.exclusive(work_dir):
-        work_dirs.check_database(work_dir)
-        work_dirs.check_state(work_dir)
+    with held_work_dir(work_dir) as run:
         contexts = []
         loggers = get_loggers_from_work_dir(str(work_dir), [t.task_name for t in extracted])
         for i, (task, logger, rand_state) in enumerate(zip(extracted, loggers, fork_seed(seed, n=len(extracted)))):
@@ -213,37 +211,29 @@ def tune_network(
             strategy = es_strategy(mach, work_dir, population_size, seed, workers, cluster,
                                    _task_lines(progress, i, len(extracted), task.task_name), known,
                                    state_file=work_dirs.state_file(i, task.task_name))
+            run.strategies.append(strategy)
             contexts.append(new_tune_context(mod=task.dispatched[0], target=tgt, space_generator="post-order-apply",
                                              search_strategy=strategy, task_name=task.task_name, logger=logger,
                                              rand_state=rand_state, num_threads="physical").clone())
         weights = [float(t.weight) for t in extracted]
-        written = _RecordsWritten(work_dir)
         tracker = _NetworkProgress(progress, [t.task_name for t in extracted], weights, trials_per_task)
-        callbacks = [*ms.measure_callback.MeasureCallback.create("default"), written, tracker]
+        callbacks = [*ms.measure_callback.MeasureCallback.create("default"), run.written, tracker]
         if progress is not None:
             progress(f"  {name}: {len(extracted)} tasks, up to {trials_per_task} candidates each")
         start = time.perf_counter()
-        try:
-            database = ms.tune_tasks(
-                tasks=contexts,
-                task_weights=weights,
-                work_dir=str(work_dir),
-                max_trials_global=trials_per_task * len(extracted),
-                max_trials_per_task=trials_per_task,
-                num_trials_per_iter=min(num_trials_per_iter, trials_per_task),
-                builder=StaticBuilder(known=known),
-                runner=StaticRunner(mach),
-                cost_model=cost_model,
-                measure_callbacks=callbacks,
-                task_scheduler="gradient",
-            )
-        except Exception:
-            # TVM hands an error raised in tuna's callbacks back as a RuntimeError; raise the original.
-            failures = [f for ctx in contexts for f in getattr(ctx.search_strategy, "failures", ())]
-            failures += [written.error] if written.error else []
-            if failures:
-                raise failures[0] from None
-            raise
+        database = ms.tune_tasks(
+            tasks=contexts,
+            task_weights=weights,
+            work_dir=str(work_dir),
+            max_trials_global=trials_per_task * len(extracted),
+            max_trials_per_task=trials_per_task,
+            num_trials_per_iter=min(num_trials_per_iter, trials_per_task),
+            builder=StaticBuilder(known=known),
+            runner=StaticRunner(mach),
+            cost_model=cost_model,
+            measure_callbacks=callbacks,
+            task_scheduler="gradient",
+        )
         elapsed = time.perf_counter() - start
         tasks = [_task_result(database, ctx, task) for ctx, task in zip(contexts, extracted)]
         with tgt:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import tvm
@@ -141,45 +142,32 @@ def tune(
     runner = StaticRunner(mach)
     # The ES's re-ranking compiles and predicts its picks with the runner's tier already.
     known = Predictions()
-    with work_dirs.exclusive(work_dir):
-        # A run killed while writing leaves a record cut short; any other damage is refused here,
-        # named, before TVM reads the database (it raises an untyped error mid-file).
-        work_dirs.check_database(work_dir)
-        work_dirs.check_state(work_dir)
-        # After MetaSchedule's own (which add the records to the database): a record that did
-        # not reach the file (a full disk: TVM's writer does not say) stops the run, named.
-        written = _RecordsWritten(work_dir)
-        callbacks = [*ms.measure_callback.MeasureCallback.create("default"), written]
+    with held_work_dir(work_dir) as run:
+        callbacks = [*ms.measure_callback.MeasureCallback.create("default"), run.written]
         if progress is not None:
             callbacks = [*callbacks, _Progress(progress, max_trials, cost_model)]
         if search == "es":
             if cluster:
                 check_cluster(cluster)
             strategy = es_strategy(mach, work_dir, population_size, seed, workers, cluster, progress, known)
+            run.strategies.append(strategy)
         else:
             strategy = ms.search_strategy.EvolutionarySearch(population_size=population_size)
         start = time.perf_counter()
-        try:
-            database = ms.tune_tir(
-                mod,
-                tgt,
-                str(work_dir),
-                max_trials_global=max_trials,
-                num_trials_per_iter=num_trials_per_iter,
-                builder=StaticBuilder(known=known),
-                runner=runner,
-                cost_model=cost_model,
-                strategy=strategy,
-                measure_callbacks=callbacks,
-                num_tuning_cores=num_tuning_cores,
-                seed=seed,
-            )
-        except Exception:
-            # TVM hands an error raised in tuna's callbacks back as a RuntimeError; raise the original.
-            failures = [*getattr(strategy, "failures", ()), *([written.error] if written.error else [])]
-            if failures:
-                raise failures[0] from None
-            raise
+        database = ms.tune_tir(
+            mod,
+            tgt,
+            str(work_dir),
+            max_trials_global=max_trials,
+            num_trials_per_iter=num_trials_per_iter,
+            builder=StaticBuilder(known=known),
+            runner=runner,
+            cost_model=cost_model,
+            strategy=strategy,
+            measure_callbacks=callbacks,
+            num_tuning_cores=num_tuning_cores,
+            seed=seed,
+        )
         elapsed = time.perf_counter() - start
         sch = ms.tir_integration.compile_tir(database, mod, tgt)
     if sch is None:
@@ -187,6 +175,45 @@ def tune(
     # The tier the runner predicted the candidates with, so the report agrees with the database.
     est = estimate_module(sch.mod, mach, runner_tier(mach))
     return TuneResult(database, sch, mach, est.seconds, est, runner.ran, elapsed, cost_model)
+
+
+@dataclass
+class _HeldRun:
+    """What :func:`held_work_dir` gives a run: the records check to add to its callbacks, and
+    the list to add its ESSearch strategies to (their work-directory errors are raised as such)."""
+
+    written: _RecordsWritten
+    strategies: list = field(default_factory=list)
+
+
+@contextmanager
+def held_work_dir(work_dir: str | os.PathLike) -> Iterator[_HeldRun]:
+    """Hold ``work_dir`` for one tuning run and check it before TVM reads it.
+
+    A run killed while writing leaves a record cut short; any other damage to the database
+    or the ES states is refused here, named, before TVM reads them (it raises an untyped
+    error mid-file). The run adds ``written`` to its callbacks after MetaSchedule's own
+    (which add the records to the database): a record that did not reach the file (a full
+    disk: TVM's writer does not say) stops the run, named. TVM hands an error raised in
+    tuna's callbacks back as a RuntimeError; the original is raised instead.
+
+    Raises
+    ------
+    WorkDirError
+        See :func:`tune`.
+    """
+    with work_dirs.exclusive(work_dir):
+        work_dirs.check_database(work_dir)
+        work_dirs.check_state(work_dir)
+        run = _HeldRun(_RecordsWritten(work_dir))
+        try:
+            yield run
+        except Exception:
+            failures = [f for strategy in run.strategies for f in strategy.failures]
+            failures += [run.written.error] if run.written.error else []
+            if failures:
+                raise failures[0] from None
+            raise
 
 
 @derived_object

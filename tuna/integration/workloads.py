@@ -88,8 +88,9 @@ def load_workload(spec: str | os.PathLike) -> tvm.IRModule:
         from .networks import NETWORKS
 
         raise WorkloadError(
-            f"unknown workload {text!r}: give NAME:INDEX with NAME one of {', '.join(configs)}, a network's task "
-            f"NETWORK/TASK (networks: {', '.join(NETWORKS)}; `tuna bench tasks NETWORK`), or a TVMScript file"
+            f"unknown workload {text!r}: give NAME:INDEX with NAME one of {', '.join(configs)}, a whole network or "
+            f"one of its tasks NETWORK/TASK (networks: {', '.join(NETWORKS)}; `tuna bench tasks NETWORK`), or a "
+            "TVMScript file"
         )
     name = name.upper()
     try:

@@ -401,13 +401,16 @@ class ProcessPool:
             When a worker's setup fails or takes longer than ``setup_timeout``.
         """
         began = time.perf_counter()
+        worked = False
         try:
-            self._start()
+            worked = self._start()
         finally:
-            if time.perf_counter() - began > 0.01:  # something started or set up
+            if worked:
                 profile.add(profile.STARTUP, time.perf_counter() - began)
 
-    def _start(self) -> None:
+    def _start(self) -> bool:
+        """:meth:`start`; whether a worker was started or sent the set-up."""
+        worked = False
         for w in list(self._pool):
             if w.setting_up not in (None, self._key):
                 # A replacement another pool started is still setting up for it: read its answer.
@@ -420,9 +423,11 @@ class ProcessPool:
                 self._replace(w, start=False)
         while len(self._pool) < self.workers:
             self._pool.append(_Worker())
+            worked = True
         for w in self._pool:
             if self._key not in w.kept and w.setting_up is None:
                 w.send_setup(self._key, self._blob)
+                worked = True
         # Every answer is read before raising: a shared worker must not keep one unread.
         errors = []
         for w in list(self._pool):
@@ -433,6 +438,7 @@ class ProcessPool:
                     errors.append(err)
         if errors:
             raise errors[0]
+        return worked
 
     def _await_setup(self, w: _Worker) -> None:
         """Wait for the answer to the set-up ``w`` was sent; raise (killing it) if it failed or is overdue."""

@@ -76,9 +76,10 @@ class TunaCostModel(PyCostModel):
     def predict(self, context, candidates) -> np.ndarray:
         start = time.perf_counter()
         scores = np.array([self.score_module(c.sch.mod) for c in candidates], dtype="float64")
+        spent = time.perf_counter() - start
         self.predicted += len(candidates)
-        self.seconds += time.perf_counter() - start
-        profile.add(profile.COST_MODEL, time.perf_counter() - start, len(candidates), time.perf_counter() - start)
+        self.seconds += spent
+        profile.add(profile.COST_MODEL, spent, len(candidates), spent)
         return scores
 
     def update(self, context, candidates, results) -> None:

@@ -121,7 +121,7 @@ def network_bench(
             timers.append(_vm_timer(ex, name, dev))
         elif method == "tuna":
             report(progress, f"{name}: tuning every task with tuna, {trials_per_task} candidates each")
-            result = tune_network(name, mach, Path(work_dir) / name / method, trials_per_task,
+            result = tune_network(mod, mach, Path(work_dir) / name / method, trials_per_task,
                                   population_size=population_size, seed=seed,
                                   progress=None if progress is None else lambda line: report(progress, line))
             report(progress, f"{name}: tuna tuned in {result.tune_seconds:.1f} s")
