@@ -56,8 +56,26 @@ def pool_features(
 #: Parts of tuna that do not enter a candidate's features: the yardstick, the command, the
 #: search, the linear model (it weighs features, it does not make them) ...
 _NOT_ANALYSIS = ("bench", "cli.py", "search", "linear.py", "databases")
+#: ... what only uses features (package exports, profiling, MetaSchedule's extension
+#: points, tuning runs, timing, export) ...
+_NOT_MAKING_FEATURES = (
+    ("__init__.py",), ("profile.py",), ("explain.py",), ("integration", "__init__.py"),
+    ("integration", "builder"), ("integration", "cost_model"), ("integration", "feature_extractor"),
+    ("integration", "runner"), ("integration", "search_strategy"), ("integration", "hybrid.py"),
+    ("integration", "tuning.py"), ("integration", "network_tuning.py"), ("integration", "export.py"),
+    ("integration", "work_dir.py"), ("integration", "reporting.py"),
+    ("integration", "measure", "measured_tuning.py"), ("integration", "measure", "timing.py"),
+    ("integration", "measure", "whole_networks.py"), ("integration", "measure", "hybrid.py"),
+)
 #: ... and measured data (pools, coefficients, databases).
 _NOT_DATA = (("data", "pools"), ("data", "coeffs"), ("data", "databases"))
+
+
+def _makes_features(rel: Path) -> bool:
+    """Whether a source or data file of tuna (``rel``: relative to the package) can change features."""
+    parts = rel.parts
+    return (rel.suffix in (".py", ".toml") and parts[0] not in _NOT_ANALYSIS and parts[:2] not in _NOT_DATA
+            and not any(parts[:len(p)] == p for p in _NOT_MAKING_FEATURES))
 
 
 @cache
@@ -71,7 +89,7 @@ def code_fingerprint() -> str:
     digest = hashlib.sha256()
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root)
-        if path.suffix in (".py", ".toml") and rel.parts[0] not in _NOT_ANALYSIS and rel.parts[:2] not in _NOT_DATA:
+        if _makes_features(rel):
             digest.update(str(rel).encode())
             digest.update(path.read_bytes())
     try:
