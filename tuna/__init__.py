@@ -12,7 +12,8 @@ from .tiers import analyze
 __version__ = "0.1.0"
 
 _LAZY = {"ESSearch", "TunaCostModel", "StaticRunner", "StaticBuilder", "tune", "TuneResult", "load_workload",
-         "kernel_from_module", "export", "ExportInfo", "tune_network", "NetworkTuneResult"}
+         "kernel_from_module", "export", "ExportInfo", "tune_network", "NetworkTuneResult",
+         "FeatureExtractor"}
 
 __all__ = [
     "AnalysisError",
@@ -20,6 +21,7 @@ __all__ = [
     "Estimate",
     "ExportError",
     "ExportInfo",
+    "FeatureExtractor",
     "Machine",
     "NetworkTuneResult",
     "StaticBuilder",

@@ -186,17 +186,32 @@ def _tune(args: argparse.Namespace) -> int:
     targets = args.target or ["zen4"]
     work_root = Path(args.work_dir)
     if network_tuning.is_network(args.workload):
+        if args.measure is not None:
+            raise TunaError("--measure tunes one workload; whole networks are tuned offline only")
         return _tune_network(args, targets, work_root)
+    if args.measure is not None and args.measure < 1:
+        raise TunaError(f"--measure must be at least 1, not {args.measure}")
     workload = integration.load_workload(args.workload)
     machines_ = [integration.as_machine(t, args.machine) for t in targets]
+    if args.measure is not None:
+        from .integration import measure
+
+        for mach in machines_:
+            measure.check_runnable(mach)  # before any target is tuned
     exports = _export_paths(args.export, machines_, export.check_path)
     summary, finished = [], 0.0
     for mach in machines_:
         _quiet_tvm()  # MetaSchedule's logging set-up of the previous target turned its console to INFO
         print(f"== tuna tune {args.workload} for {mach.name} ({mach.title})")
         print(f"   TVM target {mach.target_json()}")
-        print(f"   {args.trials} candidates, all predicted by static analysis; nothing runs on the target")
-        work_dir = work_root / f"{Path(str(args.workload)).stem.replace(':', '-')}-{mach.name}"
+        suffix = ""
+        if args.measure is None:
+            print(f"   {args.trials} candidates, all predicted by static analysis; nothing runs on the target")
+        else:
+            print(f"   hybrid: {args.measure} candidates measured on this machine, chosen by tuna's model, which "
+                  "learns from each round's run times")
+            suffix = "-measured"  # measured and predicted run times never share a database
+        work_dir = work_root / f"{Path(str(args.workload)).stem.replace(':', '-')}-{mach.name}{suffix}"
         profile.reset()
         began = _since_start()
         before = began - finished
@@ -212,6 +227,7 @@ def _tune(args: argparse.Namespace) -> int:
             search=args.search,
             workers=args.workers,
             cluster=args.cluster,
+            measure=args.measure,
         )
         cm = result.cost_model
         scored = (
@@ -219,7 +235,10 @@ def _tune(args: argparse.Namespace) -> int:
             if cm.predicted
             else ""
         )
-        print(f"\n   tuning time {result.tune_seconds:.1f} s; {result.trials} candidates built and predicted{scored}")
+        what = "predicted" if args.measure is None else "measured"
+        print(f"\n   tuning time {result.tune_seconds:.1f} s; {result.trials} candidates built and {what}{scored}")
+        if result.measured_seconds is not None:
+            print(f"   the chosen schedule ran in {result.measured_seconds * 1e6:,.1f} us here (the fastest measured)")
         report = reporting.report(str(args.workload), workload, result.estimate, mach)
         print("   the chosen schedule:")
         print("\n".join(_report_lines(report, args.verbose, "     ")))
@@ -715,6 +734,10 @@ def build_parser() -> argparse.ArgumentParser:
                                              "(default: one per physical core)")
     p.add_argument("--cluster", help="Dask scheduler for --search es: tcp://host:port, or local:N to start N "
                                      "local worker processes (bound to 127.0.0.1)")
+    p.add_argument("--measure", type=int, metavar="N",
+                   help="hybrid tuning: measure N candidates on this machine (MetaSchedule's LocalRunner), a few "
+                        "a round, chosen by tuna's model, which learns from their run times; the target's code "
+                        "must run here (work directory <workload>-<target>-measured)")
     p.add_argument("--verbose", "-v", action="store_true", help="print the raw features too (always in report.json)")
     p.add_argument("--profile", action="store_true",
                    help="print where the run's time went: worker start-up, IR tier, full tier, builder, runner, "

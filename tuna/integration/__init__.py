@@ -7,7 +7,10 @@ Laid out as the data flows, one folder per MetaSchedule extension point:
 - :mod:`.lower`: TIR -> :class:`tuna.ir.KernelIR` (:func:`kernel_from_module`);
 - :mod:`.analysis`: one scheduled module analysed with a tier (:func:`estimate_module`),
   compiling what the tier needs (:mod:`.cuda` for the GPU full tier);
-- :mod:`.cost_model`: :class:`TunaCostModel` (a ``PyCostModel``);
+- :mod:`.cost_model`: :class:`TunaCostModel` (a ``PyCostModel``; it can learn from measured
+  candidates);
+- :mod:`.feature_extractor`: :class:`FeatureExtractor` (a ``PyFeatureExtractor``: tuna's
+  analysis terms for MetaSchedule's learned cost models);
 - :mod:`.builder`: :class:`StaticBuilder` (a ``LocalBuilder`` that leaves the scheduled TIR
   beside each artifact);
 - :mod:`.runner`: :class:`StaticRunner` (a ``PyRunner`` that predicts instead of
@@ -32,6 +35,7 @@ from .analysis import (
 from .builder import StaticBuilder
 from .cost_model import TunaCostModel
 from .export import ExportInfo, export_module
+from .feature_extractor import FeatureExtractor
 from .intrinsics import load_tensor_intrinsics, new_tune_context
 from .lower import kernel_from_func, kernel_from_module
 from .measure import pool_features, pool_module, xgb_scores
@@ -46,6 +50,7 @@ __all__ = [
     "SIDECAR",
     "ESSearch",
     "ExportInfo",
+    "FeatureExtractor",
     "NetworkTuneResult",
     "Prediction",
     "Predictions",

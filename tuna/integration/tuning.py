@@ -24,7 +24,7 @@ from .analysis import estimate_module, runner_tier
 from .builder import StaticBuilder
 from .cost_model import TunaCostModel
 from .runner import Predictions, StaticRunner
-from .search_strategy import es_strategy
+from .search_strategy import es_strategy, hybrid_strategy
 from .workloads import as_machine, load_workload, tvm_target
 
 
@@ -50,6 +50,9 @@ class TuneResult:
         Wall-clock time of the tuning run.
     cost_model : TunaCostModel
         The cost model, with its counters.
+    measured_seconds : float or None
+        Hybrid tuning (``measure=N``): the chosen schedule's measured run time (the mean of
+        the runner's repeats); None offline.
     """
 
     database: Any
@@ -60,6 +63,7 @@ class TuneResult:
     trials: int
     tune_seconds: float
     cost_model: Any
+    measured_seconds: float | None = None
 
     def export(self, path: str | os.PathLike, *, host: Any = None):
         """Compile the chosen schedule for the machine and write it to ``path`` (``.so``, ``.tar``, ``.o``;
@@ -90,8 +94,11 @@ def tune(
     search: str = "es",
     workers: int | None = None,
     cluster: str | None = None,
+    measure: int | None = None,
+    runner: Any = None,
 ) -> TuneResult:
-    """Tune one TIR workload offline for ``target`` with tuna's cost model and runner.
+    """Tune one TIR workload offline for ``target`` with tuna's cost model and runner, or,
+    with ``measure``, measuring the few candidates the static model shortlists.
 
     Parameters
     ----------
@@ -116,6 +123,18 @@ def tune(
         Worker processes for ``search="es"`` (1: in this process; default: one per physical core).
     cluster : str, optional
         Dask scheduler address or ``local:N`` for ``search="es"``.
+    measure : int, optional
+        Hybrid tuning: measure ``measure`` candidates in all (``max_trials``,
+        ``num_trials_per_iter``, ``search``, ``workers`` and ``cluster`` do not apply).
+        Each round the ES (:func:`~.search_strategy.hybrid_strategy`) scores with
+        ``TunaCostModel(calibrate=True)`` in this process, the best
+        :data:`HYBRID_PER_ROUND` are built and measured by ``runner``, and the cost model
+        learns from their run times (:class:`~.cost_model.TunaCostModel`); the schedule
+        chosen is the fastest measured.
+    runner : ms.runner.Runner, optional
+        With ``measure``: what measures (e.g. an ``ms.runner.RPCRunner`` for a remote
+        board); by default MetaSchedule's ``LocalRunner``, on this machine, which must be
+        able to run the target's code.
 
     Returns
     -------
@@ -123,13 +142,20 @@ def tune(
 
     Raises
     ------
+    MeasureError
+        With ``measure`` and no ``runner``, when the target's code cannot run here.
     WorkDirError
         When another run holds ``work_dir``, it cannot be written, its database is
-        damaged other than by a last record cut short (which is cut off, a copy kept), or
-        the search state kept there is damaged.
+        damaged other than by a last record cut short (which is cut off, a copy kept), the
+        search state kept there is damaged, or it holds run times of the other kind
+        (predicted offline, measured with ``measure``: :func:`~.work_dir.check_kind`).
     """
     if search not in ("evolutionary", "es"):
         raise TunaError(f"unknown search {search!r}; choose es or evolutionary")
+    if measure is not None and (isinstance(measure, bool) or not isinstance(measure, int) or measure < 1):
+        raise TunaError(f"measure={measure!r}: give the number of candidates to measure, at least 1")
+    if runner is not None and measure is None:
+        raise TunaError("a runner measures only in hybrid tuning: give measure=N as well")
     mach = as_machine(target, machine)
     if isinstance(workload, tirx.PrimFunc):
         mod = tvm.IRModule({"main": workload})
@@ -138,15 +164,31 @@ def tune(
     else:
         mod = load_workload(workload)
     tgt = tvm_target(mach)
-    cost_model = TunaCostModel(mach)
-    runner = StaticRunner(mach)
-    # The ES's re-ranking compiles and predicts its picks with the runner's tier already.
-    known = Predictions()
-    with held_work_dir(work_dir) as run:
+    hybrid = measure is not None
+    if hybrid:
+        from .measure.measured_tuning import BUILD_TIMEOUT, measuring_builder_runner
+        from .measure.timing import check_runnable
+
+        if runner is None:
+            check_runnable(mach)
+        tools = measuring_builder_runner(BUILD_TIMEOUT)
+        builder, runner = tools["builder"], runner or tools["runner"]
+        cost_model = TunaCostModel(mach, calibrate=True)
+        max_trials, num_trials_per_iter = measure, min(HYBRID_PER_ROUND, measure)
+    else:
+        cost_model = TunaCostModel(mach)
+        runner = StaticRunner(mach)
+        # The ES's re-ranking compiles and predicts its picks with the runner's tier already.
+        known = Predictions()
+        builder = StaticBuilder(known=known)
+    with held_work_dir(work_dir, "measured" if hybrid else "predicted") as run:
         callbacks = [*ms.measure_callback.MeasureCallback.create("default"), run.written]
         if progress is not None:
-            callbacks = [*callbacks, _Progress(progress, max_trials, cost_model)]
-        if search == "es":
+            callbacks = [*callbacks, _Progress(progress, max_trials, cost_model, "measured" if hybrid else "predicted")]
+        if hybrid:
+            strategy = hybrid_strategy(work_dir, seed, progress)
+            run.strategies.append(strategy)
+        elif search == "es":
             if cluster:
                 check_cluster(cluster)
             strategy = es_strategy(mach, work_dir, population_size, seed, workers, cluster, progress, known)
@@ -160,7 +202,7 @@ def tune(
             str(work_dir),
             max_trials_global=max_trials,
             num_trials_per_iter=num_trials_per_iter,
-            builder=StaticBuilder(known=known),
+            builder=builder,
             runner=runner,
             cost_model=cost_model,
             strategy=strategy,
@@ -171,10 +213,21 @@ def tune(
         elapsed = time.perf_counter() - start
         sch = ms.tir_integration.compile_tir(database, mod, tgt)
     if sch is None:
-        raise TunaError("tuning produced no valid schedule: every candidate failed to build or analyse")
+        raise TunaError("tuning produced no valid schedule: every candidate failed to build, "
+                        + ("run" if hybrid else "analyse"))
     # The tier the runner predicted the candidates with, so the report agrees with the database.
     est = estimate_module(sch.mod, mach, runner_tier(mach))
-    return TuneResult(database, sch, mach, est.seconds, est, runner.ran, elapsed, cost_model)
+    if not hybrid:
+        return TuneResult(database, sch, mach, est.seconds, est, runner.ran, elapsed, cost_model)
+    best = database.get_top_k(database.commit_workload(mod), 1)
+    measured = float(sum(float(s) for s in best[0].run_secs) / len(best[0].run_secs)) if best else None
+    trials = sum(1 for r in cost_model.records)
+    return TuneResult(database, sch, mach, est.seconds, est, trials, elapsed, cost_model, measured)
+
+
+#: Candidates measured per round in hybrid tuning (``tune(..., measure=N)``): few, each
+#: round's run times teach the model before the next round is chosen.
+HYBRID_PER_ROUND = 8
 
 
 @dataclass
@@ -187,8 +240,11 @@ class _HeldRun:
 
 
 @contextmanager
-def held_work_dir(work_dir: str | os.PathLike) -> Iterator[_HeldRun]:
+def held_work_dir(work_dir: str | os.PathLike, kind: str = "predicted") -> Iterator[_HeldRun]:
     """Hold ``work_dir`` for one tuning run and check it before TVM reads it.
+
+    ``kind`` says what the run's run times are ("predicted" or "measured"); a directory
+    holding the other kind is refused (:func:`~.work_dir.check_kind`).
 
     A run killed while writing leaves a record cut short; any other damage to the database
     or the ES states is refused here, named, before TVM reads them (it raises an untyped
@@ -205,6 +261,7 @@ def held_work_dir(work_dir: str | os.PathLike) -> Iterator[_HeldRun]:
     with work_dirs.exclusive(work_dir):
         work_dirs.check_database(work_dir)
         work_dirs.check_state(work_dir)
+        work_dirs.check_kind(work_dir, kind)
         run = _HeldRun(_RecordsWritten(work_dir))
         try:
             yield run
@@ -241,9 +298,10 @@ class _RecordsWritten(ms.measure_callback.PyMeasureCallback):
 class _Progress(ms.measure_callback.PyMeasureCallback):
     """Reports tuning progress after each batch of candidates."""
 
-    def __init__(self, report: Callable[[str], None], total: int, model: TunaCostModel) -> None:
+    def __init__(self, report: Callable[[str], None], total: int, model: TunaCostModel,
+                 what: str = "predicted") -> None:
         super().__init__()
-        self.report, self.total, self.model = report, total, model
+        self.report, self.total, self.model, self.what = report, total, model, what
         self.done, self.best = 0, math.inf
         self.start = time.perf_counter()
 
@@ -256,6 +314,6 @@ class _Progress(ms.measure_callback.PyMeasureCallback):
         # tuna's ES scores in its own workers and reports that itself; the cost model is idle.
         model = f"cost model {self.model.predicted} scored ({rate:,.0f}/s) | " if self.model.predicted else ""
         self.report(
-            f"  {self.done:>5}/{self.total} candidates built and predicted | best predicted "
+            f"  {self.done:>5}/{self.total} candidates built and {self.what} | best {self.what} "
             f"{self.best * 1e6:10.1f} us | {model}{time.perf_counter() - self.start:6.1f} s"
         )

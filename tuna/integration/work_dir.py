@@ -32,6 +32,8 @@ RECORDS = "database_tuning_record.json"
 LOCK = ".tuna-lock"
 #: tuna's ES state (:class:`tuna.integration.ESSearch`), kept between runs.
 STATE_FILE = "tuna-es-state.json"
+#: What the run times of a work directory's records are: "predicted" or "measured".
+KIND_FILE = "tuna-run-times.txt"
 
 
 class WorkDirError(TunaError):
@@ -157,6 +159,30 @@ def _cut_last_line(path: Path, lines: list[bytes]) -> int:
     logger.warning("%s ended in a record cut short (a run killed while writing it); cut off, the file as it was "
                    "kept in %s", path, torn)
     return 1
+
+
+def check_kind(work_dir: str | os.PathLike, kind: str) -> None:
+    """Keep predicted and measured run times out of one database: the first tuna run in
+    ``work_dir`` writes ``kind`` ("predicted" or "measured") to :data:`KIND_FILE`, a later
+    run of the other kind is refused (the best record would be a prediction against a
+    measurement). A directory tuna has not marked is taken as it is.
+
+    Raises
+    ------
+    WorkDirError
+        When ``work_dir`` holds run times of the other kind, or the mark cannot be written.
+    """
+    path = Path(work_dir) / KIND_FILE
+    try:
+        found = path.read_text().strip() if path.exists() else None
+        if found is None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(kind + "\n")
+    except OSError as err:
+        raise WorkDirError(f"cannot use {path}: {err.strerror or err}") from None
+    if found is not None and found != kind:
+        raise WorkDirError(f"{work_dir} holds {found} run times ({path}); a run that {kind[:-1]}s them would mix "
+                           "the two in one database: use another work directory")
 
 
 def state_file(task: int | None = None, name: str = "") -> str:

@@ -1,4 +1,5 @@
-"""tuna's static cost model for MetaSchedule (a ``PyCostModel``): the IR tier's scores."""
+"""tuna's static cost model for MetaSchedule (a ``PyCostModel``): the IR tier's scores,
+corrected by measured candidates when asked (:mod:`.correction`)."""
 
 from __future__ import annotations
 
@@ -20,8 +21,10 @@ from ...errors import TunaError
 from ...estimate import WORST_SCORE
 from ...machine import resolve
 from ..analysis import estimate_module
+from ..feature_extractor import feature_row
 from ..intrinsics import load_tensor_intrinsics
 from ..workloads import as_machine, plain_json
+from .correction import MIN_MEASURED, Correction
 
 logger = logging.getLogger("tuna")
 
@@ -36,46 +39,74 @@ class TunaCostModel(PyCostModel):
         What to model: a preset name, a TVM target (dict or object) or a Machine.
     machine : str, optional
         The preset to model when ``target`` names a CPU or GPU tuna has no file for.
+    calibrate : bool
+        Learn from the run times ``update`` receives: once a workload has
+        :data:`~.correction.MIN_MEASURED` measured candidates, its predictions are the
+        static ones corrected by a small model of the static model's error on them
+        (:class:`~.correction.Correction`, refitted at every update). Off by default:
+        tuna's own :class:`~tuna.StaticRunner` reports predictions through ``update`` too,
+        and a model must not learn from itself. Turn it on when a real runner measures.
 
     Notes
     -----
     ``predict`` returns minus the log of the predicted seconds (higher is better), one
-    float64 per candidate. Results are cached by the structural hash of the scheduled
+    float64 per candidate. Analyses are cached by the structural hash of the scheduled
     module. A candidate that fails to lower or analyse gets the worst score and a logged
-    warning; nothing is raised into MetaSchedule. ``update`` keeps measured results for
-    later calibration; they are never required.
+    warning; nothing is raised into MetaSchedule. ``update`` keeps every result (trace, run
+    times, error) in ``records``; without ``calibrate``, or before a workload has enough
+    measurements, the predictions are exactly the static model's.
     """
 
-    def __init__(self, target: Any, machine: str | None = None) -> None:
+    def __init__(self, target: Any, machine: str | None = None, calibrate: bool = False) -> None:
         super().__init__()
         self.machine = as_machine(target, machine)
+        self.calibrate = bool(calibrate)
         load_tensor_intrinsics()  # before tune_tir's TuneContext needs them
         self.records: list[dict[str, Any]] = []
-        self._cache: dict[int, float] = {}
+        self._cache: dict[int, np.ndarray] = {}
         self._lock = threading.Lock()
+        # Per workload (structural hash of the task's module): measured rows, their log seconds
+        # and the correction fitted on them.
+        self.measured: dict[str, tuple[list[np.ndarray], list[float]]] = {}
+        self._corrections: dict[str, Correction] = {}
         self.predicted = 0
         self.failed = 0
         self.seconds = 0.0
 
-    def score_module(self, mod: tvm.IRModule) -> float:
-        """Score one scheduled module (cached; worst score on failure)."""
+    def row(self, mod: tvm.IRModule) -> np.ndarray:
+        """One scheduled module's feature row (cached; zeros when it cannot be analysed)."""
         key = tvm_ffi.structural_hash(mod)
         cached = self._cache.get(key)
         if cached is not None:
             return cached
         try:
-            score = estimate_module(mod, self.machine).score
+            features = estimate_module(mod, self.machine).features
         except TunaError as err:
             self.failed += 1
             logger.warning("tuna: candidate could not be analysed, scoring it worst: %s", err)
-            score = WORST_SCORE
+            features = None
+        row = feature_row(features, self.machine, "ir")
         with self._lock:
-            self._cache[key] = score
-        return score
+            self._cache[key] = row
+        return row
+
+    def score_module(self, mod: tvm.IRModule, workload: str | None = None) -> float:
+        """Score one scheduled module (worst score on failure), corrected by what the
+        candidates of ``workload`` (:func:`workload_key`) measured, if calibrating."""
+        return float(self._scores([self.row(mod)], workload)[0])
+
+    def _scores(self, rows: list[np.ndarray], workload: str | None) -> np.ndarray:
+        x = np.asarray(rows, dtype="float64").reshape(len(rows), -1)
+        log_secs = x[:, -2]
+        correction = self._corrections.get(workload) if workload is not None else None
+        if correction is not None and len(x):
+            log_secs = correction.log_seconds(x)
+        return np.where(x[:, -1] > 0, -log_secs, WORST_SCORE)
 
     def predict(self, context, candidates) -> np.ndarray:
         start = time.perf_counter()
-        scores = np.array([self.score_module(c.sch.mod) for c in candidates], dtype="float64")
+        workload = workload_key(context.mod) if self._corrections else None
+        scores = self._scores([self.row(c.sch.mod) for c in candidates], workload)
         spent = time.perf_counter() - start
         self.predicted += len(candidates)
         self.seconds += spent
@@ -83,6 +114,7 @@ class TunaCostModel(PyCostModel):
         return scores
 
     def update(self, context, candidates, results) -> None:
+        learned = []
         for cand, res in zip(candidates, results):
             secs = [float(s) for s in res.run_secs] if res.run_secs is not None else None
             try:
@@ -91,6 +123,23 @@ class TunaCostModel(PyCostModel):
                 logger.warning("tuna: could not record a trace: %s", err)
                 continue
             self.records.append({"trace": trace, "run_secs": secs, "error": res.error_msg})
+            if self.calibrate and secs and res.error_msg is None and 0 < float(np.median(secs)) < 1e9:
+                learned.append((cand.sch.mod, float(np.log(np.median(secs)))))
+        if learned:
+            try:
+                self._learn(workload_key(context.mod), learned)
+            except Exception as err:  # never raise into MetaSchedule: the static model stands
+                logger.warning("tuna: could not learn from the measured candidates: %s", err)
+
+    def _learn(self, workload: str, learned: list[tuple[tvm.IRModule, float]]) -> None:
+        rows, log_secs = self.measured.setdefault(workload, ([], []))
+        for mod, log_s in learned:
+            row = self.row(mod)
+            if row[-1] > 0:  # a candidate tuna cannot analyse teaches the correction nothing
+                rows.append(row)
+                log_secs.append(log_s)
+        if len(rows) >= MIN_MEASURED:
+            self._corrections[workload] = Correction(rows, log_secs)
 
     def save(self, path: str) -> None:
         state = {
@@ -99,6 +148,8 @@ class TunaCostModel(PyCostModel):
             "target": dict(self.machine.target),
             "cores": self.machine.cores,
             "records": self.records,
+            "calibrate": self.calibrate,
+            "measured": {w: [[r.tolist() for r in rows], secs] for w, (rows, secs) in self.measured.items()},
         }
         Path(path).write_text(json.dumps(state, default=list))
 
@@ -111,4 +162,19 @@ class TunaCostModel(PyCostModel):
             raise TunaError(f"{path} is not a saved tuna cost model")
         self.machine = resolve(state["target"], state["machine"])
         self.records = list(state.get("records", []))
+        self.calibrate = bool(state.get("calibrate", False))
         self._cache.clear()
+        self._corrections.clear()
+        try:
+            self.measured = {w: ([np.asarray(r, dtype="float64") for r in rows], [float(x) for x in secs])
+                             for w, (rows, secs) in state.get("measured", {}).items()}
+            for workload, (rows, secs) in self.measured.items():
+                if len(rows) >= MIN_MEASURED:
+                    self._corrections[workload] = Correction(rows, secs)
+        except (TypeError, ValueError) as err:
+            raise TunaError(f"{path}: its measured candidates are damaged: {err}") from None
+
+
+def workload_key(mod: tvm.IRModule) -> str:
+    """The key of a tuning task's workload among calibrations: its structural hash, as text."""
+    return f"{int(tvm_ffi.structural_hash(mod)) & (2**64 - 1):016x}"

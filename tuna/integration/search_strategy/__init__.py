@@ -4,8 +4,8 @@
   candidates turned into traces and schedules;
 - :mod:`.worker`: what a worker process (or Dask worker) runs to score a candidate;
 - :mod:`.es_search`: :class:`ESSearch`, a MetaSchedule ``PySearchStrategy``;
-- :mod:`.es_runs`: :func:`es_strategy` (the search of :func:`tuna.tune`) and :func:`run_es`
-  (the ES alone).
+- :mod:`.es_runs`: :func:`es_strategy` (the search of :func:`tuna.tune`),
+  :func:`hybrid_strategy` (its search when a real runner measures) and :func:`run_es` (the ES alone).
 
 The ES itself is pure and TVM-free: :mod:`tuna.search`.
 """
@@ -20,7 +20,7 @@ from .design_space import (
     spaces_from_schedules,
     tune_context,
 )
-from .es_runs import ES_POPULATION, ES_RERANK, STATE_FILE, es_strategy, run_es
+from .es_runs import ES_POPULATION, ES_RERANK, STATE_FILE, es_strategy, hybrid_strategy, run_es
 from .es_search import RERANK_TIMEOUT, ESSearch, SearchProgress
 from .worker import WorkerState, worker_score, worker_setup, worker_spec
 
@@ -39,6 +39,7 @@ __all__ = [
     "design_spaces",
     "es_strategy",
     "factorizations",
+    "hybrid_strategy",
     "run_es",
     "spaces_from_schedules",
     "tune_context",

@@ -1,6 +1,7 @@
 """The two ways tuna runs its ES: inside MetaSchedule's tuning, and on the design spaces alone.
 
 - :func:`es_strategy`: the :class:`~.es_search.ESSearch` that :func:`tuna.tune` uses;
+- :func:`hybrid_strategy`: the one it uses when a real runner measures (``measure=N``);
 - :func:`run_es`: the ES on a workload's design spaces, with no builder, runner or database.
 """
 
@@ -107,17 +108,6 @@ def es_strategy(
     generations = max(1, math.ceil(5 * population_size / ES_POPULATION))
     if workers is None:
         workers = psutil.cpu_count(logical=False) or os.cpu_count() or 1
-
-    def report(p: SearchProgress) -> None:
-        if progress is None or p.es.generation % generations:
-            return
-        best = p.best_seconds
-        best_text = f"{best * 1e6:10.1f} us" if best is not None else "      none"
-        reranked = f"{p.reranked} re-ranked by the full tier ({p.rejected} rejected) | " if rerank else ""
-        progress(f"  es generation {p.es.generation:>4} | IR tier's best {best_text} | "
-                 f"{p.es.evaluations:>6} scored ({p.es.candidates_per_second:,.0f}/s) | {reranked}"
-                 f"{p.measured}/{p.max_trials} handed to the runner")
-
     return ESSearch(
         ES_POPULATION,
         generations,
@@ -129,5 +119,55 @@ def es_strategy(
         known=known,
         seed=0 if seed is None else int(seed),
         state_path=Path(work_dir) / state_file,
-        progress=report,
+        progress=_round_report(progress, generations, "IR tier's best",
+                               "re-ranked by the full tier" if rerank else None),
     )
+
+
+#: ES generations between two measured batches in hybrid tuning (:func:`hybrid_strategy`).
+HYBRID_GENERATIONS = 4
+#: In hybrid tuning, the cost model re-scores this many times as many of the ES's best as
+#: are measured at each round, with what it has learned since the ES scored them.
+HYBRID_SHORTLIST = 4
+
+
+def hybrid_strategy(
+    work_dir: str | os.PathLike,
+    seed: int | None,
+    progress: Callable[[str], None] | None,
+    state_file: str = STATE_FILE,
+) -> ESSearch:
+    """The :class:`ESSearch` of hybrid tuning (``tuna.tune(..., measure=N)``).
+
+    It scores with the cost model ``tune_tir`` is given, in this process (a
+    ``TunaCostModel(calibrate=True)``: the IR tier, corrected by what has been measured so
+    far), :data:`HYBRID_GENERATIONS` generations of :data:`ES_POPULATION` per round, and
+    hands over the best of the shortlist re-scored at the hand-over
+    (:data:`HYBRID_SHORTLIST`).
+    """
+    return ESSearch(
+        ES_POPULATION,
+        HYBRID_GENERATIONS,
+        score="model",
+        rerank=HYBRID_SHORTLIST,
+        seed=0 if seed is None else int(seed),
+        state_path=Path(work_dir) / state_file,
+        progress=_round_report(progress, HYBRID_GENERATIONS, "model's best", None),
+    )
+
+
+def _round_report(progress: Callable[[str], None] | None, generations: int, best_name: str,
+                  reranked_name: str | None) -> Callable[[SearchProgress], None]:
+    """The ES's progress callback: one line per round of ``generations`` to ``progress``."""
+
+    def report(p: SearchProgress) -> None:
+        if progress is None or p.es.generation % generations:
+            return
+        best = p.best_seconds
+        best_text = f"{best * 1e6:10.1f} us" if best is not None else "      none"
+        reranked = f"{p.reranked} {reranked_name} ({p.rejected} rejected) | " if reranked_name else ""
+        progress(f"  es generation {p.es.generation:>4} | {best_name} {best_text} | "
+                 f"{p.es.evaluations:>6} scored ({p.es.candidates_per_second:,.0f}/s) | {reranked}"
+                 f"{p.measured}/{p.max_trials} handed to the runner")
+
+    return report

@@ -116,7 +116,9 @@ class ESSearch(PySearchStrategy):
         candidates of the IR tier with the full tier, in the workers, and hand over the
         ``n`` best of those (0: hand over the IR tier's ``n`` best). The full tier ranks
         better, and a candidate whose full analysis (LLVM's compile included) fails or
-        runs past ``rerank_timeout`` is not handed over at all.
+        runs past ``rerank_timeout`` is not handed over at all. With ``score="model"``:
+        score those ``rerank * n`` again with the cost model as it is now, which may have
+        learned from measurements since the ES scored them (``TunaCostModel(calibrate=True)``).
     rerank_timeout : float
         CPU seconds one candidate's full analysis may use in a worker when re-ranking.
     known : Predictions, optional
@@ -155,8 +157,8 @@ class ESSearch(PySearchStrategy):
         super().__init__()
         if score not in ("model", *TIERS):
             raise TunaError(f"ESSearch(score={score!r}): choose model, ir or full")
-        if rerank < 0 or (rerank and score != "ir"):
-            raise TunaError(f"ESSearch(rerank={rerank}): re-ranking needs score='ir' and a factor >= 0")
+        if rerank < 0 or (rerank and score not in ("ir", "model")):
+            raise TunaError(f"ESSearch(rerank={rerank}): re-ranking needs score='ir' or 'model' and a factor >= 0")
         base = config or es_mod.ESConfig()
         self.config = es_mod.ESConfig(**{**{k: getattr(base, k) for k in es_mod.ESConfig.__dataclass_fields__},
                                          "population": population})
@@ -402,6 +404,12 @@ class _Run:
         profile.add(profile.PICK, time.perf_counter() - began, len(chosen))
         if not rerank or not chosen:
             return chosen[:want]
+        if self.owner.score == "model":
+            inputs = [ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_entry_func(sch.mod, True))
+                      for _, sch, _ in chosen]
+            now = [float(v) for v in self.cost_model.predict(self.ctx, inputs)]
+            order = sorted(range(len(chosen)), key=lambda i: -now[i])
+            return [chosen[i] for i in order[:want]]
         todo = [c for c, _, _ in chosen if c not in self.full]
         payloads = [{"trace": self.spaces.trace(c), "tier": "full"} for c in todo]
         start = time.perf_counter()

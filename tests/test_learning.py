@@ -1,0 +1,172 @@
+"""tuna with measurements: its features inside MetaSchedule's XGBModel, the cost model learning
+from measured run times, and hybrid tuning (a few candidates measured on this CPU)."""
+
+import numpy as np
+import pytest
+from tvm.s_tir import meta_schedule as ms
+
+import tuna
+from tuna import bench, cli
+from tuna.bench.metrics import kendall_tau
+from tuna.integration import apply_trace, estimate_module, pool_module
+from tuna.integration.cost_model import TunaCostModel
+from tuna.integration.cost_model.correction import MIN_MEASURED
+from tuna.integration.feature_extractor import FeatureExtractor, feature_names, feature_row
+from tuna.integration.work_dir import WorkDirError
+from tuna.machine import preset
+
+
+def _host():
+    name = bench.preset_of(bench.machine_info())
+    if name is None:
+        pytest.skip("tuna has no preset for this CPU: nothing to measure with")
+    return preset(name)
+
+
+@pytest.fixture(scope="module")
+def gmm():
+    """GMM-1's workload and its measured pool (Zen 4 run times)."""
+    pool = bench.load_pool(next(p for p in bench.shipped_pools() if p.name.startswith("GMM-1")))
+    return pool, pool_module(pool)
+
+
+def _candidates(mod, traces):
+    out = []
+    for trace in traces:
+        sch = apply_trace(mod, trace)
+        out.append(ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_entry_func(sch.mod, True)))
+    return out
+
+
+def _context(mod, machine):
+    return tuna.integration.new_tune_context(mod=mod, target=tuna.integration.tvm_target(machine))
+
+
+def test_a_row_holds_the_terms_the_prediction_and_whether_it_was_analysed(gmm):
+    pool, mod = gmm
+    zen4 = preset("zen4")
+    names = feature_names(zen4)
+    assert names[-2:] == ("log_predicted_seconds", "analysed") and len(names) == len(tuna.linear.TERMS) + 2
+    sch = apply_trace(mod, pool.traces[0])
+    est = estimate_module(sch.mod, zen4)
+    row = feature_row(est.features, zen4, "ir")
+    assert row[-1] == 1.0 and row[-2] == pytest.approx(np.log(est.seconds))
+    i = names.index("log1p_compute_cycles")
+    assert row[i] == pytest.approx(np.log1p(est.features["compute_cycles"]))
+    assert not feature_row(None, zen4, "ir").any()  # a candidate that cannot be analysed
+    gpu = feature_names(preset("a100"))
+    assert "log1p_issue_cycles" in gpu and "log1p_compute_cycles" not in gpu
+
+
+def test_the_extractor_gives_one_row_a_candidate_or_appends_to_another_extractors_rows(gmm):
+    pool, mod = gmm
+    zen4 = preset("zen4")
+    cands = _candidates(mod, pool.traces[:3])
+    ctx = _context(mod, zen4)
+    tuna_rows = [x.numpy() for x in tuna.FeatureExtractor(zen4).extract_from(ctx, cands)]
+    assert all(r.shape == (1, len(feature_names(zen4))) for r in tuna_rows)
+    per_store = ms.feature_extractor.PerStoreFeature()
+    theirs = [x.numpy() for x in per_store.extract_from(ctx, cands)]
+    both = [x.numpy() for x in FeatureExtractor(zen4, beside=per_store).extract_from(ctx, cands)]
+    for mine, other, joined in zip(tuna_rows, theirs, both):
+        assert joined.shape == (other.shape[0], other.shape[1] + mine.shape[1])
+        np.testing.assert_allclose(joined[:, other.shape[1]:], np.repeat(mine, other.shape[0], axis=0))
+    with pytest.raises(tuna.TunaError, match="unknown tier"):
+        FeatureExtractor(zen4, tier="objcode")
+
+
+def test_xgbmodel_learns_on_tunas_features_inside_a_tuning_run_that_measures_here(tmp_path):
+    host = _host()
+    mod = tuna.load_workload("GMM:1")
+    extractor = FeatureExtractor(host)
+    model = ms.cost_model.XGBModel(extractor=extractor, num_warmup_samples=0, adaptive_training=False)
+    tuna.integration.load_tensor_intrinsics()
+    db = ms.tune_tir(mod, tuna.integration.tvm_target(host), str(tmp_path), max_trials_global=8,
+                     num_trials_per_iter=8, cost_model=model,
+                     builder=ms.builder.LocalBuilder(timeout_sec=120,
+                                                     initializer=tuna.integration.load_tensor_intrinsics),
+                     runner=ms.runner.LocalRunner())
+    records = db.get_all_tuning_records()
+    secs = [float(s) for r in records for s in r.run_secs]
+    assert len(records) == 8 and all(0 < s < 1 for s in secs)  # measured here, not predicted
+    (group,) = model.data.values()
+    assert len(group.features) == 8 and all(f.shape == (1, len(extractor.names)) for f in group.features)
+    assert model.booster is not None  # trained on tuna's rows
+    # the extractor analysed each candidate once, though XGBModel extracted them for predict and update
+    assert len(extractor._cache) >= 8
+
+
+def test_the_cost_model_learns_from_measured_run_times_only_when_asked(gmm, tmp_path):
+    pool, mod = gmm
+    zen4 = preset("zen4")
+    ctx = _context(mod, zen4)
+    train, test = np.arange(0, 32), np.arange(32, 96)
+    cands = _candidates(mod, pool.traces[:96])
+    results = [ms.runner.RunnerResult(run_secs=[float(pool.secs_a[i])], error_msg=None) for i in range(96)]
+
+    def scores(model, idx):
+        return model.predict(ctx, [cands[i] for i in idx])
+
+    static, learning = TunaCostModel(zen4), TunaCostModel(zen4, calibrate=True)
+    before = scores(static, test)
+    # fewer measurements than the correction needs, or no calibration: the static model exactly
+    learning.update(ctx, [cands[i] for i in train[: MIN_MEASURED - 1]],
+                    [results[i] for i in train[: MIN_MEASURED - 1]])
+    np.testing.assert_array_equal(scores(learning, test), before)
+    static.update(ctx, [cands[i] for i in train], [results[i] for i in train])
+    np.testing.assert_array_equal(scores(static, test), before)
+    assert len(static.records) == 32  # kept, not learned from
+    learning.update(ctx, [cands[i] for i in train[MIN_MEASURED - 1:]], [results[i] for i in train[MIN_MEASURED - 1:]])
+    after = scores(learning, test)
+    assert not np.array_equal(after, before)
+    # it learned what it was shown: its order of the measured candidates is closer to the truth
+    lat = pool.secs_a[train]
+    assert kendall_tau(lat, scores(learning, train)) > kendall_tau(lat, scores(static, train)) + 0.1
+    # a failed measurement teaches nothing; saved and loaded, it predicts the same
+    learning.update(ctx, [cands[40]], [ms.runner.RunnerResult(run_secs=None, error_msg="crashed")])
+    assert sum(len(rows) for rows, _ in learning.measured.values()) == 32
+    learning.save(str(tmp_path / "model.json"))
+    again = TunaCostModel("zen4")
+    again.load(str(tmp_path / "model.json"))
+    assert again.calibrate
+    np.testing.assert_allclose(scores(again, test), after)
+
+
+def test_hybrid_tuning_measures_what_the_model_picks_and_learns_from_it(tmp_path):
+    host = _host()
+    result = tuna.tune("GMM:1", host, tmp_path / "run", measure=16, seed=0)
+    assert result.trials == 16 and 0 < result.measured_seconds < 1
+    records = result.database.get_all_tuning_records()
+    best = min(np.mean([float(s) for s in r.run_secs]) for r in records)
+    assert result.measured_seconds == pytest.approx(best)  # the fastest measured is the one chosen
+    ((rows, _),) = result.cost_model.measured.values()
+    assert len(rows) == 16 and result.cost_model._corrections  # it learned from the run times
+    # predicted and measured run times never share a database
+    with pytest.raises(WorkDirError, match="measured run times"):
+        tuna.tune("GMM:1", host, tmp_path / "run", max_trials=8)
+
+
+def test_hybrid_tuning_refuses_what_it_cannot_measure(tmp_path, capsys):
+    with pytest.raises(tuna.TunaError, match="cross target"):
+        tuna.tune("GMM:1", "graviton2", tmp_path / "a", measure=8)
+    with pytest.raises(tuna.TunaError, match="at least 1"):
+        tuna.tune("GMM:1", "zen4", tmp_path / "b", measure=0)
+    with pytest.raises(tuna.TunaError, match="give measure=N"):
+        tuna.tune("GMM:1", "zen4", tmp_path / "c", runner=ms.runner.LocalRunner())
+    for argv, message in ((["GMM:1", "--measure", "0"], "at least 1"), (["bert", "--measure", "8"], "offline only"),
+                          (["GMM:1", "--target", "graviton2", "--measure", "8"], "cross target")):
+        assert cli.main(["tune", *argv, "--work-dir", str(tmp_path)]) == 2
+        assert message in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())  # nothing tuned
+
+
+def test_the_command_tunes_with_measurements(tmp_path, capsys):
+    _host()
+    argv = ["tune", "GMM:1", "--measure", "8", "--work-dir", str(tmp_path), "--target",
+            bench.preset_of(bench.machine_info())]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "hybrid: 8 candidates measured" in out and "8 candidates built and measured" in out
+    assert "ran in" in out and any(p.name.endswith("-measured") for p in tmp_path.iterdir())
+
+
