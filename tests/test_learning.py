@@ -170,3 +170,34 @@ def test_the_command_tunes_with_measurements(tmp_path, capsys):
     assert "ran in" in out and any(p.name.endswith("-measured") for p in tmp_path.iterdir())
 
 
+
+
+def test_trials_to_reach_the_yardstick_count_the_first_candidate_within_five_percent():
+    from tuna.integration.measure.hybrid import reached
+    from tuna.integration.measure.measured_tuning import Measured
+
+    cands = [Measured(None, s, t) for s, t in ((2.0, 1.0), (None, 2.0), (1.06, 3.0), (1.04, 4.0), (0.9, 5.0))]
+    assert reached(cands, 1.0) == (4, 4.0)
+    assert reached(cands, 0.5) == (None, None)
+    rows = [{"workload": "w", "method": "metaschedule", "trials": 4, "tune_seconds": 9.0, "best": 1e-3,
+             "trials_to_5pct": 3, "seconds_to_5pct": 5.0, "latency": 2e-3},
+            {"workload": "w", "method": "tuna-hybrid", "trials": 2, "tune_seconds": 3.0, "best": 1e-3,
+             "trials_to_5pct": None, "seconds_to_5pct": None, "latency": 4e-3}]
+    table = bench.hybrid_table(rows)
+    assert "0.500" in table and "1.000" in table and " - " in table
+
+
+@pytest.mark.slow
+def test_bench_hybrid_runs_the_three_tuners_and_times_their_picks(tmp_path, capsys):
+    out = tmp_path / "hybrid.json"
+    argv = ["bench", "hybrid", "NRM:0", "--measure", "8", "--xgb-trials", "8", "--ms-trials", "16",
+            "--work-dir", str(tmp_path / "w"), "--json", str(out)]
+    assert cli.main(argv) == 0
+    import json
+
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["method"] for r in rows] == ["metaschedule", "xgb-tuna", "tuna-hybrid"]
+    assert [r["trials"] for r in rows] == [16, 8, 8]
+    assert all(r["latency"] > 0 and r["best"] > 0 for r in rows)
+    assert rows[0]["trials_to_5pct"] is not None  # the yardstick reaches itself
+    assert "to 5%" in capsys.readouterr().out

@@ -564,6 +564,44 @@ def _bench_tune(args: argparse.Namespace) -> int:
     return 0
 
 
+#: Workloads of ``tuna bench hybrid`` by default: the pools of the families set aside while
+#: tuna's model was developed (dense, pool: tuna/data/pools/README.md).
+HYBRID_WORKLOADS = ("bert/fused_matmul_add", "bert/fused_matmul3_add2_gelu", "bert/fused_matmul4_add_add1",
+                    "resnet50/max_pool2d", "resnet50/adaptive_avg_pool2d")
+
+
+def _bench_hybrid(args: argparse.Namespace) -> int:
+    from . import bench, integration
+    from .integration import measure
+
+    _quiet_tvm()
+    if args.json:
+        _check_output(args.json)
+    workloads = args.workloads or list(HYBRID_WORKLOADS)
+    for w in workloads:
+        integration.load_workload(w)
+    for name in ("measure", "xgb_trials", "ms_trials"):
+        if getattr(args, name) < 1:
+            raise TunaError(f"--{name.replace('_', '-')} must be at least 1, not {getattr(args, name)}")
+    mach = measure.check_runnable(_here(args.target), args.machine)
+    start = time.perf_counter()
+    rows = []
+    for w in workloads:
+        _stderr(f"== tuna bench hybrid {w} for {mach.name}")
+        work = Path(args.work_dir) / Path(w.replace(":", "-")).name
+        for row in measure.compare_hybrid(w, mach, work, measure=args.measure, xgb_trials=args.xgb_trials,
+                                          ms_trials=args.ms_trials, seed=args.seed, progress=_stderr):
+            rows.append({"workload": w, **row})
+        print(bench.hybrid_table([r for r in rows if r["workload"] == w]), flush=True)
+    print(bench.hybrid_table(rows))
+    print(bench.HYBRID_CAPTION)
+    data = {"rows": rows, "meta": _meta(args, mach, time.perf_counter() - start, measure=args.measure,
+                                         xgb_trials=args.xgb_trials, ms_trials=args.ms_trials)}
+    if args.json:
+        _write(args.json, json.dumps(data, indent=2))
+    return 0
+
+
 def _bench_network(args: argparse.Namespace) -> int:
     from . import bench
     from .integration import measure, networks
@@ -820,6 +858,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where the tuning databases and the picks' scheduled TIR (picks/) go")
     p.add_argument("--json", help="also write the rows as JSON here")
     p.set_defaults(func=_bench_tune)
+
+    p = bench_sub.add_parser("hybrid", help="tuning with few measurements here: measured trials each tuner needs "
+                                            "to come within 5%% of MetaSchedule's best")
+    p.add_argument("workloads", nargs="*", help="workloads (default: the families set aside while developing the "
+                                                "model: " + ", ".join(HYBRID_WORKLOADS) + ")")
+    p.add_argument("--target", "-t", help=HERE_TARGET)
+    p.add_argument("--machine", help="preset to model when the target has no data file")
+    p.add_argument("--measure", type=int, default=32, help="measured trials of tuna's hybrid tuning (default 32)")
+    p.add_argument("--xgb-trials", type=int, default=64,
+                   help="measured trials of XGBModel on tuna's features (default 64)")
+    p.add_argument("--ms-trials", type=int, default=192,
+                   help="measured trials of MetaSchedule's defaults, whose best is the yardstick (default 192)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--work-dir", default="tuna-bench-hybrid", help="where the tuning databases go")
+    p.add_argument("--json", help="also write the rows as JSON here")
+    p.set_defaults(func=_bench_hybrid)
 
     p = bench_sub.add_parser("network", help="whole networks tuned with tuna and MetaSchedule, timed here")
     p.add_argument("--models", default="resnet18,bert",

@@ -45,9 +45,11 @@ from .pools import Pool, PoolError, load_pool, pool_files, pool_stem, shipped_po
 from .ranking import predictions, rank_figure_title, rank_notes, rank_pools, tuna_scorers, xgb_scorer
 from .records import join_runs, machine_info, machine_key, meta, now, preset_of
 from .report import (
+    HYBRID_CAPTION,
     TUNE_CAPTION,
     benchmarks_markdown,
     family_table,
+    hybrid_table,
     network_table,
     rank_json,
     rank_markdown,
@@ -59,6 +61,7 @@ from .report import (
 
 __all__ = [
     "FAMILIES",
+    "HYBRID_CAPTION",
     "METRICS",
     "TRAIN_SIZE",
     "TUNE_CAPTION",
@@ -81,6 +84,7 @@ __all__ = [
     "features_key",
     "fit_pools",
     "fit_rows",
+    "hybrid_table",
     "join_runs",
     "kendall_tau",
     "load_pool",

@@ -32,13 +32,19 @@ from .pools import Pool
 from .report import rank_json
 
 
-def xgb_scorer(seed: int = 0) -> Scorer:
-    """MetaSchedule's XGBModel trained on each pool's measured train candidates (needs TVM)."""
+def xgb_scorer(seed: int = 0, features: Mapping[str, list] | None = None, machine: Machine | None = None,
+               tier: str = "ir") -> Scorer:
+    """MetaSchedule's XGBModel trained on each pool's measured train candidates (needs TVM):
+    on its own features, or with ``features`` (per pool, :func:`.features.pool_features`'s
+    of ``tier``) on tuna's (``xgb-64-tuna-<tier>``)."""
 
     def scores(pool: Pool, train_idx: np.ndarray, test_idx: np.ndarray) -> tuple[np.ndarray, float]:
         from .. import integration
 
-        return integration.xgb_scores(pool, train_idx, test_idx, seed=seed)
+        if features is None:
+            return integration.xgb_scores(pool, train_idx, test_idx, seed=seed)
+        return integration.xgb_scores(pool, train_idx, test_idx, seed=seed, features=features[pool.name],
+                                      machine=machine, tier=tier)
 
     return scores
 
@@ -131,7 +137,8 @@ def rank_pools(
     seed : int
         Seed of each pool's split (and of the random and XGBoost baselines).
     xgb : bool
-        Whether to train MetaSchedule's XGBModel (``xgb-64``) as a baseline.
+        Whether to train MetaSchedule's XGBModel as a baseline, on its own features
+        (``xgb-64``) and on each tier's tuna features (``xgb-64-tuna-<tier>``).
     progress : callable, optional
         One line per pool and model, as :func:`.evaluation.evaluate` gives them.
     feature_progress : callable, optional
@@ -151,6 +158,8 @@ def rank_pools(
     scorers = dict(baselines(seed))
     if xgb:
         scorers["xgb-64"] = xgb_scorer(seed)
+        for tier in feats:
+            scorers[f"xgb-64-tuna-{tier}"] = xgb_scorer(seed, feats[tier], machine, tier)
     scorers.update(tuna_scorers(feats, secs, pools, machine))
     results = evaluate(pools, scorers, seed=seed, progress=progress)
     record = rank_json(results)

@@ -221,6 +221,37 @@ _NETWORK_COLUMNS: tuple = (
 )
 
 
+#: What the columns of :func:`hybrid_table` mean.
+HYBRID_CAPTION = (
+    "Measured on this machine by MetaSchedule's LocalRunner. best: the tuner's fastest candidate by the runner; "
+    "to 5%: measured trials (and seconds from the start) before a candidate ran within 5% of metaschedule's best "
+    "('-': never); pick latency: that fastest candidate re-timed here with the others, in turn; ratio: "
+    "metaschedule's pick latency / this one."
+)
+
+_HYBRID_COLUMNS: tuple = (
+    ("workload", "workload", str),
+    ("method", "method", str),
+    ("trials", "trials", str),
+    ("tuning time", "tune_seconds", _fmt_opt_secs),
+    ("best", "best", _fmt_opt_secs),
+    ("to 5%: trials", "trials_to_5pct", lambda x: "-" if x is None else str(x)),
+    ("to 5%: time", "seconds_to_5pct", _fmt_opt_secs),
+    ("pick latency", "latency", _fmt_opt_secs),
+    ("ratio", "ratio", _fmt_ratio),
+)
+
+
+def hybrid_table(rows: list[Mapping[str, Any]], markdown: bool = False) -> str:
+    """The ``tuna bench hybrid`` rows as a table (``ratio``: to each workload's metaschedule pick)."""
+    ms_pick = {r["workload"]: r.get("latency") for r in rows if r["method"] == "metaschedule"}
+    rows = [{**r, "ratio": (ms_pick[r["workload"]] / r["latency"]
+                            if ms_pick.get(r["workload"]) and r.get("latency") else None)} for r in rows]
+    body = _cells(rows, _HYBRID_COLUMNS)
+    header = [c[0] for c in _HYBRID_COLUMNS]
+    return _markdown(header, body) if markdown else _fixed(header, body)
+
+
 def tune_table(rows: list[Mapping[str, Any]], markdown: bool = False) -> str:
     """The ``tuna bench tune`` rows (after :func:`with_ratios`) as a table."""
     body = _cells(rows, _TUNE_COLUMNS)
@@ -272,7 +303,8 @@ def network_table(rows: list[Mapping[str, Any]], markdown: bool = False) -> str:
 
 
 #: Models of the per-family table in BENCHMARKS.md: the held-out fits, and the baselines.
-FAMILY_MODELS = ("tuna-full-lofo", "tuna-ir-lofo", "tuna-shortlist-lofo", "xgb-64", "random")
+FAMILY_MODELS = ("tuna-full-lofo", "tuna-ir-lofo", "tuna-shortlist-lofo", "xgb-64", "xgb-64-tuna-full",
+                 "xgb-64-tuna-ir", "random")
 
 
 def rank_markdown(rank: Mapping[str, Any]) -> str:
@@ -369,8 +401,10 @@ def benchmarks_markdown(
     section("Ranking measured pools (`tuna bench rank`)", rank, "rank", lambda d: [
         "Mean over the pools of each metric on each pool's test split (top-k ratio, a-peak@32: 1 is perfect; "
         "Kendall tau: 1 is perfect). `xgb-64`: MetaSchedule's XGBModel trained on 64 measured candidates of the "
-        "same pool; `noise-ceiling`: the second timing as a model; `tuna-<tier>-unseen`: coefficients fitted "
-        "without the pool ranked; `tuna-<tier>-lofo`: fitted without any pool of the pool's operator family; "
+        "same pool, on its own features; `xgb-64-tuna-<tier>`: the same model on tuna's features of that tier "
+        "(`tuna.FeatureExtractor`); `noise-ceiling`: the second timing as a model; `tuna-<tier>-unseen`: "
+        "coefficients fitted without the pool ranked; `tuna-<tier>-lofo`: fitted without any pool of the pool's "
+        "operator family; "
         "`tuna-shortlist[-lofo]`: the full tier ranks the IR tier's best quarter of each test set (its top-1 is a "
         "two-tier search's pick).",
         "",

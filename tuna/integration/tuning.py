@@ -96,6 +96,7 @@ def tune(
     cluster: str | None = None,
     measure: int | None = None,
     runner: Any = None,
+    measure_callbacks: list | None = None,
 ) -> TuneResult:
     """Tune one TIR workload offline for ``target`` with tuna's cost model and runner, or,
     with ``measure``, measuring the few candidates the static model shortlists.
@@ -135,6 +136,8 @@ def tune(
         With ``measure``: what measures (e.g. an ``ms.runner.RPCRunner`` for a remote
         board); by default MetaSchedule's ``LocalRunner``, on this machine, which must be
         able to run the target's code.
+    measure_callbacks : list, optional
+        More MetaSchedule measure callbacks, called after tuna's after each batch.
 
     Returns
     -------
@@ -185,6 +188,7 @@ def tune(
         callbacks = [*ms.measure_callback.MeasureCallback.create("default"), run.written]
         if progress is not None:
             callbacks = [*callbacks, _Progress(progress, max_trials, cost_model, "measured" if hybrid else "predicted")]
+        callbacks += list(measure_callbacks or [])
         if hybrid:
             strategy = hybrid_strategy(work_dir, seed, progress)
             run.strategies.append(strategy)

@@ -4,10 +4,12 @@
 - :mod:`.measured_tuning`: MetaSchedule's tuner with real measurement, pool collection,
   tuna's offline tuning against it (``tuna bench collect``, ``tuna bench tune``);
 - :mod:`.whole_networks`: whole networks tuned and timed (``tuna bench network``);
+- :mod:`.hybrid`: tuning with few measurements compared (``tuna bench hybrid``);
 - :mod:`.scorers`: the scorers of :func:`tuna.bench.evaluate` (XGBModel, tuna's features).
 """
 
 from ..networks import network_tasks
+from .hybrid import compare_hybrid
 from .measured_tuning import (
     BUILD_TIMEOUT,
     Measured,
@@ -54,6 +56,7 @@ __all__ = [
     "check_methods",
     "check_runnable",
     "collect_pool",
+    "compare_hybrid",
     "compare_tuning",
     "compile_timer",
     "device_of",

@@ -115,8 +115,10 @@ def tune_measured(
     seed: int | None = 0,
     build_timeout: float = BUILD_TIMEOUT,
     progress: Progress = None,
+    cost_model: Any = None,
 ) -> MeasuredRun:
-    """Tune with MetaSchedule's defaults and real measurement here (XGBModel, LocalRunner).
+    """Tune with MetaSchedule's defaults and real measurement here (XGBModel, LocalRunner;
+    ``cost_model``: another cost model instead of XGBModel on MetaSchedule's features).
 
     Raises
     ------
@@ -137,6 +139,7 @@ def tune_measured(
         num_trials_per_iter=num_trials_per_iter,
         measure_callbacks=callbacks,
         seed=seed,
+        **({} if cost_model is None else {"cost_model": cost_model}),
         **measuring_builder_runner(build_timeout),
     )
     return MeasuredRun(database, out, time.perf_counter() - start, len(out))

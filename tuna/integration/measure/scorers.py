@@ -59,9 +59,17 @@ def _pool_candidate(mod: tvm.IRModule, trace_json: Any) -> ms.MeasureCandidate |
 
 
 def xgb_scores(
-    pool: Any, train_idx: np.ndarray, test_idx: np.ndarray, seed: int = 0, num_threads: int | None = None
+    pool: Any,
+    train_idx: np.ndarray,
+    test_idx: np.ndarray,
+    seed: int = 0,
+    num_threads: int | None = None,
+    features: list | None = None,
+    machine: Machine | None = None,
+    tier: str = "ir",
 ) -> tuple[np.ndarray, float]:
-    """MetaSchedule's own XGBModel, trained on the measured train candidates, as a scorer.
+    """MetaSchedule's own XGBModel, trained on the measured train candidates, as a scorer:
+    on MetaSchedule's features, or with ``features`` on tuna's (:class:`tuna.FeatureExtractor`).
 
     Parameters
     ----------
@@ -73,6 +81,14 @@ def xgb_scores(
         XGBoost's seed.
     num_threads : int, optional
         XGBoost threads (MetaSchedule's default: the physical cores).
+    features : list, optional
+        tuna's analysis features of every candidate of the pool with ``tier`` for
+        ``machine`` (None for one not analysable), as :func:`pool_features` gives them:
+        the model learns on tuna's rows of them instead of MetaSchedule's per-store features.
+    machine : Machine, optional
+        What ``features`` model (needed with them).
+    tier : str
+        The tier of ``features``.
 
     Returns
     -------
@@ -94,8 +110,15 @@ def xgb_scores(
 
     mod = pool_module(pool)
     context = new_tune_context(mod=mod, target=tvm.target.Target(dict(pool.target)))
+    extractor = None
+    if features is not None:
+        from ..feature_extractor import FeatureExtractor
+
+        extractor = FeatureExtractor(machine, tier)
+        extractor.remember({i: f for i, f in enumerate(features)}, mod, pool.traces)
     model = XGBModel(
         config=XGBConfig(seed=seed),
+        extractor=extractor or "per-store-feature",
         num_warmup_samples=0,  # the default (100) predicts at random below 100 samples
         verbose_eval=0,
         adaptive_training=False,
