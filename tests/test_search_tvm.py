@@ -157,9 +157,12 @@ def test_re_ranking_hands_over_the_full_tiers_best_distinct_schedules(tmp_path, 
     assert len({tvm_ffi.structural_hash(m) for m in built}) == 4
 
 
-def test_re_ranking_needs_the_ir_tier():
+def test_re_ranking_needs_the_ir_tier_or_the_model():
     with pytest.raises(tuna.TunaError, match="rerank"):
-        tuna.ESSearch(16, score="model", rerank=2)
+        tuna.ESSearch(16, score="full", rerank=2)
+    with pytest.raises(tuna.TunaError, match="rerank"):
+        tuna.ESSearch(16, score="ir", rerank=-1)
+    assert tuna.ESSearch(16, score="model", rerank=2).rerank == 2  # re-scored by the model as it is now
 
 
 def _records(work_dir):

@@ -4,7 +4,8 @@ and prints; the work is the library's (:mod:`tuna.bench`, :mod:`tuna.integration
 work directories of tuning and measuring runs (``--work-dir``: MetaSchedule's databases and
 logs, the built candidates) and in temporary folders.
 
-``tuna tune WORKLOAD --target T``   offline tuning run with a readable report (an operator or a network)
+``tuna tune WORKLOAD --target T``   offline tuning run with a readable report (an operator or a network;
+                                     ``--measure N``: hybrid, N candidates measured here)
 ``tuna explain WORKLOAD --target T`` the feature breakdown of one schedule
 ``tuna targets``                     the machine presets
 ``tuna bench rank [POOLS]``          ranking quality on measured pools, beside the baselines (table, JSON, PNG)
@@ -12,6 +13,7 @@ logs, the built candidates) and in temporary folders.
 ``tuna bench collect WORKLOAD``      measure a new pool on this machine (MetaSchedule + re-timing)
 ``tuna bench tune WORKLOADS``        offline tuning with tuna against measured tuning, picks timed here
 ``tuna bench network``               whole networks: tuna, MetaSchedule, untuned and PyTorch, timed here
+``tuna bench hybrid [WORKLOADS]``    tuning with few measurements: trials each tuner needs to MetaSchedule's best
 ``tuna bench launch``                the cost of one TVM parallel region on this machine
 ``tuna bench report``                BENCHMARKS.md from the JSON the bench commands wrote
 ``tuna calibrate POOLS``             fit the linear model's coefficients to measured pools
