@@ -10,6 +10,8 @@
 #   MODELS      networks of `bench network`            (default resnet18,resnet50,mobilenetv2,bert)
 #   NET_TRIALS  trials per task in `bench network`     (default 64)
 #   RANK_ARGS   arguments of `bench rank`              (default: all shipped pools, tiers ir,full)
+#   HYBRID_WORKLOADS  workloads of `bench hybrid`      (default: the command's, the set-aside families)
+#   MEASURE     measured trials of tuna's hybrid tuning (default 32)
 #   SKIP        sections to leave out, e.g. "network"  (default none)
 #   OUT         folder of the JSON and PNGs            (default docs/bench)
 #   WORK        tuning databases and logs              (default a fresh folder under /tmp)
@@ -34,6 +36,8 @@ MORE_SEEDS=${MORE_SEEDS-1,2}
 MODELS=${MODELS:-resnet18,resnet50,mobilenetv2,bert}
 NET_TRIALS=${NET_TRIALS:-64}
 RANK_ARGS=${RANK_ARGS:-}
+HYBRID_WORKLOADS=${HYBRID_WORKLOADS:-}
+MEASURE=${MEASURE:-32}
 SKIP=${SKIP:-}
 NOTE=${NOTE:-}
 OUT=${OUT:-docs/bench}
@@ -59,9 +63,16 @@ if [[ " $SKIP " != *" network "* ]]; then
         --json "$OUT/network.json"
     report+=(--network "$OUT/network.json")
 fi
+if [[ " $SKIP " != *" hybrid "* ]]; then
+    # shellcheck disable=SC2086  # HYBRID_WORKLOADS is a list of words (empty: the command's default)
+    $tuna bench hybrid $HYBRID_WORKLOADS --measure "$MEASURE" --work-dir "$WORK/hybrid" --json "$OUT/hybrid.json"
+    report+=(--hybrid "$OUT/hybrid.json")
+fi
 budget="WORKLOADS=\"$WORKLOADS\" TRIALS=$TRIALS SEARCHES=$SEARCHES MORE_SEEDS=\"$MORE_SEEDS\" MODELS=$MODELS"
 budget+=" NET_TRIALS=$NET_TRIALS"
 [[ -n "$RANK_ARGS" ]] && budget+=" RANK_ARGS=\"$RANK_ARGS\""
+[[ -n "$HYBRID_WORKLOADS" ]] && budget+=" HYBRID_WORKLOADS=\"$HYBRID_WORKLOADS\""
+budget+=" MEASURE=$MEASURE"
 [[ -n "$SKIP" ]] && budget+=" SKIP=\"$SKIP\""
 $tuna bench report "${report[@]}" --figures "$OUT" --command-line "$budget bash scripts/benchmarks.sh" \
     ${NOTE:+--note "$NOTE"} -o BENCHMARKS.md

@@ -185,6 +185,8 @@ def test_trials_to_reach_the_yardstick_count_the_first_candidate_within_five_per
              "trials_to_5pct": None, "seconds_to_5pct": None, "latency": 4e-3}]
     table = bench.hybrid_table(rows)
     assert "0.500" in table and "1.000" in table and " - " in table
+    page = bench.benchmarks_markdown(None, None, None, hybrid={"rows": rows, "meta": {"command": "tuna bench hybrid"}})
+    assert "## Tuning with few measurements" in page and "| w | tuna-hybrid | 2 |" in page
 
 
 @pytest.mark.slow

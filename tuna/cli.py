@@ -656,6 +656,7 @@ def _bench_report(args: argparse.Namespace) -> int:
     rank = _read_json(args.rank, "rank")
     tune = bench.join_runs([_read_json(p, "tune") for p in args.tune or ()])
     network = bench.join_runs([_read_json(p, "network") for p in args.network or ()])
+    hybrid = _read_json(args.hybrid, "hybrid")
     out = _check_output(args.output)
     figures = {}
     fig_dir = Path(args.figures) if args.figures else out.parent
@@ -674,7 +675,7 @@ def _bench_report(args: argparse.Namespace) -> int:
             _save_figure(plots.latency_figure(data["rows"], group, f"tuna bench {key}"), str(png))
             figures[key] = rel(png)
     text = bench.benchmarks_markdown(
-        rank, tune, network, figures=figures, command=args.command_line,
+        rank, tune, network, hybrid=hybrid, figures=figures, command=args.command_line,
         generated=bench.now(), note=args.note or "",
     )
     _write(str(out), text)
@@ -895,6 +896,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rank", help="JSON of `tuna bench rank --json`")
     p.add_argument("--tune", action="append", help="JSON of `tuna bench tune --json` (repeat to join runs)")
     p.add_argument("--network", action="append", help="JSON of `tuna bench network --json` (repeat to join runs)")
+    p.add_argument("--hybrid", help="JSON of `tuna bench hybrid --json`")
     p.add_argument("--figures", help="folder for the PNGs (default: beside the output)")
     p.add_argument("--command-line", default="scripts/benchmarks.sh", help="the command named as the generator")
     p.add_argument("--note", help="a caveat to print in bold under the title")

@@ -345,6 +345,7 @@ def benchmarks_markdown(
     tune: Mapping[str, Any] | None,
     network: Mapping[str, Any] | None,
     *,
+    hybrid: Mapping[str, Any] | None = None,
     figures: Mapping[str, str] | None = None,
     command: str = "scripts/benchmarks.sh",
     generated: str = "",
@@ -354,7 +355,7 @@ def benchmarks_markdown(
 
     Parameters
     ----------
-    rank, tune, network : Mapping or None
+    rank, tune, network, hybrid : Mapping or None
         What each command wrote with ``--json`` (None: that section says it was not run).
         Each carries ``meta`` (machine, target, date, command, budget).
     figures : Mapping, optional
@@ -429,5 +430,13 @@ def benchmarks_markdown(
         "side, as in Tables I and II of the Tuna paper.",
         "",
         network_table(d["rows"], markdown=True),
+    ])
+    section("Tuning with few measurements (`tuna bench hybrid`)", hybrid, "hybrid", lambda d: [
+        "Three tuners measure on this machine: `metaschedule` (its defaults: XGBModel on its own features, 64 "
+        "candidates a round), `xgb-tuna` (the same XGBModel on `tuna.FeatureExtractor`'s IR-tier rows, 8 a "
+        "round) and `tuna-hybrid` (`tuna tune --measure N`: tuna's ES on `TunaCostModel(calibrate=True)`, 8 a "
+        "round). " + HYBRID_CAPTION,
+        "",
+        hybrid_table(d["rows"], markdown=True),
     ])
     return "\n".join(out).rstrip() + "\n"
