@@ -656,7 +656,7 @@ def _bench_report(args: argparse.Namespace) -> int:
     rank = _read_json(args.rank, "rank")
     tune = bench.join_runs([_read_json(p, "tune") for p in args.tune or ()])
     network = bench.join_runs([_read_json(p, "network") for p in args.network or ()])
-    hybrid = _read_json(args.hybrid, "hybrid")
+    hybrid = bench.join_runs([_read_json(p, "hybrid") for p in args.hybrid or ()])
     out = _check_output(args.output)
     figures = {}
     fig_dir = Path(args.figures) if args.figures else out.parent
@@ -896,7 +896,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rank", help="JSON of `tuna bench rank --json`")
     p.add_argument("--tune", action="append", help="JSON of `tuna bench tune --json` (repeat to join runs)")
     p.add_argument("--network", action="append", help="JSON of `tuna bench network --json` (repeat to join runs)")
-    p.add_argument("--hybrid", help="JSON of `tuna bench hybrid --json`")
+    p.add_argument("--hybrid", action="append", help="JSON of `tuna bench hybrid --json` (repeat to join runs)")
     p.add_argument("--figures", help="folder for the PNGs (default: beside the output)")
     p.add_argument("--command-line", default="scripts/benchmarks.sh", help="the command named as the generator")
     p.add_argument("--note", help="a caveat to print in bold under the title")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -20,8 +19,7 @@ from ... import profile
 from ...errors import TunaError
 from ...estimate import WORST_SCORE
 from ...machine import resolve
-from ..analysis import estimate_module
-from ..feature_extractor import feature_row
+from ..feature_extractor import FeatureExtractor
 from ..intrinsics import load_tensor_intrinsics
 from ..workloads import as_machine, plain_json
 from .correction import MIN_MEASURED, Correction
@@ -63,32 +61,22 @@ class TunaCostModel(PyCostModel):
         self.calibrate = bool(calibrate)
         load_tensor_intrinsics()  # before tune_tir's TuneContext needs them
         self.records: list[dict[str, Any]] = []
-        self._cache: dict[int, np.ndarray] = {}
-        self._lock = threading.Lock()
+        self.features = FeatureExtractor(self.machine, "ir")  # the IR tier's rows, cached
         # Per workload (structural hash of the task's module): measured rows, their log seconds
         # and the correction fitted on them.
         self.measured: dict[str, tuple[list[np.ndarray], list[float]]] = {}
         self._corrections: dict[str, Correction] = {}
         self.predicted = 0
-        self.failed = 0
         self.seconds = 0.0
+
+    @property
+    def failed(self) -> int:
+        """Candidates that could not be analysed (they score worst)."""
+        return self.features.failed
 
     def row(self, mod: tvm.IRModule) -> np.ndarray:
         """One scheduled module's feature row (cached; zeros when it cannot be analysed)."""
-        key = tvm_ffi.structural_hash(mod)
-        cached = self._cache.get(key)
-        if cached is not None:
-            return cached
-        try:
-            features = estimate_module(mod, self.machine).features
-        except TunaError as err:
-            self.failed += 1
-            logger.warning("tuna: candidate could not be analysed, scoring it worst: %s", err)
-            features = None
-        row = feature_row(features, self.machine, "ir")
-        with self._lock:
-            self._cache[key] = row
-        return row
+        return self.features.row(mod)
 
     def score_module(self, mod: tvm.IRModule, workload: str | None = None) -> float:
         """Score one scheduled module (worst score on failure), corrected by what the
@@ -163,7 +151,7 @@ class TunaCostModel(PyCostModel):
         self.machine = resolve(state["target"], state["machine"])
         self.records = list(state.get("records", []))
         self.calibrate = bool(state.get("calibrate", False))
-        self._cache.clear()
+        self.features = FeatureExtractor(self.machine, "ir")
         self._corrections.clear()
         try:
             self.measured = {w: ([np.asarray(r, dtype="float64") for r in rows], [float(x) for x in secs])

@@ -103,7 +103,7 @@ class FeatureExtractor(PyFeatureExtractor):
             features = estimate_module(mod, self.machine, self.tier).features
         except TunaError as err:
             self.failed += 1
-            logger.warning("tuna: candidate could not be analysed, its features are zeros: %s", err)
+            logger.warning("tuna: candidate could not be analysed (its row is zeros, its score the worst): %s", err)
             features = None
         row = feature_row(features, self.machine, self.tier)
         with self._lock:
