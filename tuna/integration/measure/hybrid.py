@@ -28,7 +28,7 @@ from ..analysis import apply_trace
 from ..feature_extractor import FeatureExtractor
 from ..tuning import HYBRID_PER_ROUND, tune
 from ..workloads import load_workload
-from .measured_tuning import Measured, Recorder, tune_measured
+from .measured_tuning import Measured, Recorder, quiet_metaschedule, tune_measured
 from .timing import Progress, check_runnable, report, time_interleaved
 
 #: How close to the yardstick a candidate must run to count as reaching it.
@@ -94,6 +94,7 @@ def compare_hybrid(
 
     report(progress, f"{workload}: tuna hybrid, {measure} measured trials")
     out: list[Measured] = []
+    quiet_metaschedule()  # its logging set-up of the runs above turned its console to INFO
     start = time.perf_counter()
     tune(mod, mach, root / "tuna-hybrid", measure=measure, seed=seed,
          measure_callbacks=[Recorder(out, start, measure, progress)])
