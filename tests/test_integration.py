@@ -217,7 +217,7 @@ def test_cost_model_scores_ranks_caches_and_survives_bad_candidates(gmm_pool, ca
     assert scores[-1] == WORST_SCORE and all(s > WORST_SCORE for s in scores[:-1])
     assert "could not be analysed" in caplog.text
     again = model.predict(context, good)
-    assert np.array_equal(again, scores[:-1]) and len(model._cache) == 5
+    assert np.array_equal(again, scores[:-1]) and len(model.features._cache) == 5
 
 
 def test_cost_model_save_load_round_trip(tmp_path):
