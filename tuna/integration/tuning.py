@@ -217,7 +217,7 @@ def tune(
         elapsed = time.perf_counter() - start
         sch = ms.tir_integration.compile_tir(database, mod, tgt)
     if sch is None:
-        raise TunaError("tuning produced no valid schedule: every candidate failed to build, "
+        raise TunaError("tuning produced no valid schedule: every candidate failed to build or "
                         + ("run" if hybrid else "analyse"))
     # The tier the runner predicted the candidates with, so the report agrees with the database.
     est = estimate_module(sch.mod, mach, runner_tier(mach))
@@ -225,8 +225,7 @@ def tune(
         return TuneResult(database, sch, mach, est.seconds, est, runner.ran, elapsed, cost_model)
     best = database.get_top_k(database.commit_workload(mod), 1)
     measured = float(sum(float(s) for s in best[0].run_secs) / len(best[0].run_secs)) if best else None
-    trials = sum(1 for r in cost_model.records)
-    return TuneResult(database, sch, mach, est.seconds, est, trials, elapsed, cost_model, measured)
+    return TuneResult(database, sch, mach, est.seconds, est, len(cost_model.records), elapsed, cost_model, measured)
 
 
 #: Candidates measured per round in hybrid tuning (``tune(..., measure=N)``): few, each
