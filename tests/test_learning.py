@@ -1,6 +1,8 @@
 """tuna with measurements: its features inside MetaSchedule's XGBModel, the cost model learning
 from measured run times, and hybrid tuning (a few candidates measured on this CPU)."""
 
+import json
+
 import numpy as np
 import pytest
 from tvm.s_tir import meta_schedule as ms
@@ -130,6 +132,11 @@ def test_the_cost_model_learns_from_measured_run_times_only_when_asked(gmm, tmp_
     again.load(str(tmp_path / "model.json"))
     assert again.calibrate
     np.testing.assert_allclose(scores(again, test), after)
+    saved = json.loads((tmp_path / "model.json").read_text())
+    for damaged in ([1, 2], {"w": 3}, {"w": [[["a"]], [1.0]]}):
+        (tmp_path / "bad.json").write_text(json.dumps({**saved, "measured": damaged}))
+        with pytest.raises(Exception, match="its measured candidates are damaged"):
+            TunaCostModel("zen4").load(str(tmp_path / "bad.json"))
 
 
 def test_hybrid_tuning_measures_what_the_model_picks_and_learns_from_it(tmp_path):
@@ -195,8 +202,6 @@ def test_bench_hybrid_runs_the_three_tuners_and_times_their_picks(tmp_path, caps
     argv = ["bench", "hybrid", "NRM:0", "--measure", "8", "--xgb-trials", "8", "--ms-trials", "16",
             "--work-dir", str(tmp_path / "w"), "--json", str(out)]
     assert cli.main(argv) == 0
-    import json
-
     rows = json.loads(out.read_text())["rows"]
     assert [r["method"] for r in rows] == ["metaschedule", "xgb-tuna", "tuna-hybrid"]
     assert [r["trials"] for r in rows] == [16, 8, 8]

@@ -169,6 +169,7 @@ def tune(
     tgt = tvm_target(mach)
     hybrid = measure is not None
     if hybrid:
+        # Imported here: .measure imports this module (bench tune runs tune()).
         from .measure.measured_tuning import BUILD_TIMEOUT, measuring_builder_runner
         from .measure.timing import check_runnable
 

@@ -126,6 +126,11 @@ class TunaCostModel(PyCostModel):
             if row[-1] > 0:  # a candidate tuna cannot analyse teaches the correction nothing
                 rows.append(row)
                 log_secs.append(log_s)
+        self._refit(workload)
+
+    def _refit(self, workload: str) -> None:
+        """Fit ``workload``'s correction to its measured candidates, once there are enough."""
+        rows, log_secs = self.measured[workload]
         if len(rows) >= MIN_MEASURED:
             self._corrections[workload] = Correction(rows, log_secs)
 
@@ -156,10 +161,9 @@ class TunaCostModel(PyCostModel):
         try:
             self.measured = {w: ([np.asarray(r, dtype="float64") for r in rows], [float(x) for x in secs])
                              for w, (rows, secs) in state.get("measured", {}).items()}
-            for workload, (rows, secs) in self.measured.items():
-                if len(rows) >= MIN_MEASURED:
-                    self._corrections[workload] = Correction(rows, secs)
-        except (TypeError, ValueError) as err:
+            for workload in self.measured:
+                self._refit(workload)
+        except (AttributeError, TypeError, ValueError) as err:
             raise TunaError(f"{path}: its measured candidates are damaged: {err}") from None
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -110,18 +110,11 @@ class FeatureExtractor(PyFeatureExtractor):
             self._cache[key] = row
         return row
 
-    def remember(self, features: Mapping[int, Mapping[str, float] | None], mod: tvm.IRModule,
-                 traces: Sequence[Any]) -> None:
-        """Take the features of candidates analysed already (``features[i]`` of ``traces[i]``
-        applied to ``mod``; None: not analysable), so that they are not analysed again."""
-        from ..analysis import apply_trace
-
-        for i, feats in features.items():
-            try:
-                key = int(tvm_ffi.structural_hash(apply_trace(mod, traces[i]).mod))
-            except TunaError:
-                continue  # a trace that does not apply is never extracted
-            self._cache[key] = feature_row(feats, self.machine, self.tier)
+    def remember(self, known: Iterable[tuple[tvm.IRModule, Mapping[str, float] | None]]) -> None:
+        """Take the features of scheduled modules analysed already (``(module, features)``
+        pairs; None: not analysable), so that they are not analysed again."""
+        for mod, features in known:
+            self._cache[int(tvm_ffi.structural_hash(mod))] = feature_row(features, self.machine, self.tier)
 
     def extract_from(self, context, candidates) -> list:
         rows = [self.row(c.sch.mod) for c in candidates]

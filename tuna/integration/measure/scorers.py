@@ -115,7 +115,15 @@ def xgb_scores(
         from ..feature_extractor import FeatureExtractor
 
         extractor = FeatureExtractor(machine, tier)
-        extractor.remember({i: f for i, f in enumerate(features)}, mod, pool.traces)
+
+    def built(idx: np.ndarray) -> list:
+        """The candidates of ``idx`` (None: the trace does not apply), their tuna rows given to
+        the extractor, so that it does not analyse them again."""
+        cands = [_pool_candidate(mod, pool.traces[i]) for i in idx]
+        if extractor is not None:
+            extractor.remember((c.sch.mod, features[i]) for i, c in zip(idx, cands) if c is not None)
+        return cands
+
     model = XGBModel(
         config=XGBConfig(seed=seed),
         extractor=extractor or "per-store-feature",
@@ -129,8 +137,7 @@ def xgb_scores(
     ms_logger.setLevel(logging.WARNING)
     try:
         with xgb.config_context(verbosity=0):
-            train = [(_pool_candidate(mod, pool.traces[i]), float(pool.secs_a[i])) for i in train_idx]
-            train = [(c, s) for c, s in train if c is not None]
+            train = [(c, float(pool.secs_a[i])) for i, c in zip(train_idx, built(train_idx)) if c is not None]
             if not train:
                 raise TunaError(f"pool {pool.name}: no train candidate's trace applies; XGBModel cannot train")
             model.update(
@@ -139,7 +146,7 @@ def xgb_scores(
                 [RunnerResult(run_secs=[s], error_msg=None) for _, s in train],
             )
             start = time.perf_counter()
-            cands = [_pool_candidate(mod, pool.traces[i]) for i in test_idx]
+            cands = built(test_idx)
             scores = np.full(len(test_idx), WORST_SCORE, dtype="float64")
             ok = [j for j, c in enumerate(cands) if c is not None]
             if ok:

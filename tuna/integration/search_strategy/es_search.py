@@ -41,6 +41,11 @@ from .worker import worker_score, worker_setup, worker_spec
 logger = logging.getLogger("tuna")
 
 
+def _measure_candidate(sch: s_tir.Schedule) -> ms.MeasureCandidate:
+    """A built schedule as MetaSchedule hands candidates to cost models, builders and runners."""
+    return ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_entry_func(sch.mod, True))
+
+
 def _trace_key(trace_json: Any) -> str:
     """A trace's instructions and decisions as text, to recognise it among tuning records."""
     insts, decisions = trace_json
@@ -348,8 +353,7 @@ class _Run:
         ok = [i for i, sch in enumerate(built) if sch is not None]
         scores = [WORST_SCORE] * len(cands)
         if ok:
-            inputs = [ms.MeasureCandidate(built[i], ms.arg_info.ArgInfo.from_entry_func(built[i].mod, True))
-                      for i in ok]
+            inputs = [_measure_candidate(built[i]) for i in ok]
             for i, s in zip(ok, self.cost_model.predict(self.ctx, inputs)):
                 scores[i] = float(s)
         return scores
@@ -372,7 +376,7 @@ class _Run:
             for cand, sch, key in self._pick(want):
                 self.measured.add(cand)
                 self.handed.add(key)
-                picks.append(ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_entry_func(sch.mod, True)))
+                picks.append(_measure_candidate(sch))
             if picks:
                 self.save()
                 break
@@ -405,9 +409,7 @@ class _Run:
         if not rerank or not chosen:
             return chosen[:want]
         if self.owner.score == "model":
-            inputs = [ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_entry_func(sch.mod, True))
-                      for _, sch, _ in chosen]
-            now = [float(v) for v in self.cost_model.predict(self.ctx, inputs)]
+            now = self.cost_model.predict(self.ctx, [_measure_candidate(sch) for _, sch, _ in chosen])
             order = sorted(range(len(chosen)), key=lambda i: -now[i])
             return [chosen[i] for i in order[:want]]
         todo = [c for c, _, _ in chosen if c not in self.full]
