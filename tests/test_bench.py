@@ -3,6 +3,7 @@
 import json
 import math
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -183,6 +184,12 @@ def test_shipped_pool_is_found_by_workload_name():
     assert bench.shipped_pool("gmm:1").name == "GMM-1"
     assert bench.shipped_pool("NRM-0").name == "NRM-0"
     assert bench.shipped_pool("GMM:99") is None
+
+
+def test_a_workloads_pool_is_found_in_a_folder(tmp_path):
+    shutil.copy(bench.shipped_pool("GMM:1").source, tmp_path)
+    assert bench.shipped_pool("GMM:1", tmp_path).name == "GMM-1"
+    assert bench.shipped_pool("NRM:0", tmp_path) is None  # shipped, but not in that folder
 
 
 def test_fit_rows_are_cycles_of_analysable_candidates_without_the_pool_left_out():

@@ -117,6 +117,7 @@ def test_report_with_only_some_sections_says_which_were_not_run(tmp_path):
         (["bench", "tune", "GMM:99"], "configurations"),
         (["bench", "tune", "GMM:1", "--target", "cortex-a53"], "no measurements possible on this machine"),
         (["bench", "tune", "NRM:0", "--more-seeds", "1,two"], "--more-seeds takes comma-separated integers"),
+        (["bench", "tune", "NRM:0", "--pools", "{missing}"], "--pools {missing}: no such folder"),
         (["bench", "network", "--models", "alexnet"], "unknown network 'alexnet'"),
         (["bench", "network", "--models", "bert", "--methods", "onnx"], "unknown method(s) onnx"),
         (["bench", "network", "--models", "bert", "--target", "graviton2"], "no measurements possible"),

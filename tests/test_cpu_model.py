@@ -173,21 +173,24 @@ def test_values_live_across_library_calls_beyond_the_preserved_registers_are_rel
 
 def test_loads_of_a_buffer_rewritten_in_a_loop_are_not_hoisted_out_of_it():
     """T[j] = A[i, j] then B[i, k] = 2 T[k], T allocated in i (TVM's compaction leaves its subscript
-    free of i): the second statement reloads T every row, as it holds a new row each time."""
+    free of i): the second statement reloads T every row, as it holds a new row each time (128
+    rows: a loop LLVM keeps rolled)."""
     row = (Index((("i", 1),)), Index((("j", 1),)))
-    copy = Statement("T", (Access("A", False, row, (8, 16), 4), Access("T", True, (Index((("j", 1),)),), (16,), 4)), ())
+    copy = Statement(
+        "T", (Access("A", False, row, (128, 16), 4), Access("T", True, (Index((("j", 1),)),), (16,), 4)), ()
+    )
     out = (Index((("i", 1),)), Index((("k", 1),)))
     scale = Statement(
-        "B", (Access("T", False, (Index((("k", 1),)),), (16,), 4), Access("B", True, out, (8, 16), 4)), (("mul", 1),)
+        "B", (Access("T", False, (Index((("k", 1),)),), (16,), 4), Access("B", True, out, (128, 16), 4)), (("mul", 1),)
     )
     body = (Loop("j", 16, LoopKind.VECTORIZED, (copy,)), Loop("k", 16, LoopKind.VECTORIZED, (scale,)))
-    rows = Loop("i", 8, LoopKind.SERIAL, body)
+    rows = Loop("i", 128, LoopKind.SERIAL, body)
     kernel = KernelIR("rows", (rows,), allocations=(Allocation("T", "global", 16, 4, "i"),))
     zen4 = machine.preset("zen4")
     (_, _), (stmt, loops) = walk(kernel.body)
     assert statement_counts(stmt, loops, zen4)["load"] == 1  # an invariant vector, loaded once
-    assert statement_counts(stmt, loops, zen4, homes={"T": "i"})["load"] == 8
-    assert features(kernel, zen4)["load"] == 8 + 8  # A's rows and T's, each one vector a row
+    assert statement_counts(stmt, loops, zen4, homes={"T": "i"})["load"] == 128
+    assert features(kernel, zen4)["load"] == 128 + 128  # A's rows and T's, each one vector a row
 
 
 def test_reduction_chains_overlap_when_independent_work_sits_inside():
@@ -271,3 +274,94 @@ def test_parallel_loops_divide_over_cores_with_imbalance():
     odd = KernelIR("mm", (Loop("i", 3, LoopKind.PARALLEL, outer.body),))
     assert math.isclose(estimate(odd, zen4).features["compute_cycles"] * 3 / 4, estimate(
         KernelIR("mm", (Loop("i", 3, LoopKind.SERIAL, outer.body),)), zen4).features["compute_cycles"] / 2)
+
+
+def _register_tile(rows: int) -> tuple[Statement, tuple[Loop, ...]]:
+    """GMM-1's candidate 115 in small: C[i, j] += A[i, k] * B[k, j] with ``rows`` rows of
+    2-lane vectors accumulated inside a rolled k loop."""
+    c_idx = (Index((("io", rows), ("ii", 1))), Index((("jv", 1),)))
+    stmt = Statement(
+        "C",
+        (
+            Access("B", False, (Index((("k", 1),)), Index((("jv", 1),))), (256, 2), 4),
+            Access("A", False, (Index((("io", rows), ("ii", 1))), Index((("k", 1),))), (64, 256), 4),
+            Access("C", False, c_idx, (64, 2), 4),
+            Access("C", True, c_idx, (64, 2), 4),
+        ),
+        (("fma", 1),),
+    )
+    loops = (
+        Loop("io", 64 // rows, LoopKind.SERIAL, ()),
+        Loop("k", 256, LoopKind.SERIAL, ()),
+        Loop("ii", rows, LoopKind.SERIAL, ()),
+        Loop("jv", 2, LoopKind.VECTORIZED, ()),
+    )
+    return stmt, loops
+
+
+def test_loops_around_a_vectorized_loop_are_the_innermost_llvm_unrolls():
+    zen4 = machine.preset("zen4")
+    stmt, loops = _register_tile(4)
+    kinds = [lp.kind for lp in codegen_loops(stmt, loops, zen4)]
+    # TVM's vector loop is vector instructions: LLVM unrolls the 4 rows around it, not k.
+    assert kinds == [LoopKind.SERIAL, LoopKind.SERIAL, LoopKind.UNROLLED, LoopKind.VECTORIZED]
+    counts = statement_counts(stmt, loops, zen4)
+    # The 4 accumulator vectors stay in registers over k: stored once per row block.
+    assert counts["store"] == 64
+    # A loop too large to unroll stays a loop, its accumulators stored every k iteration.
+    stmt, loops = _register_tile(64)
+    assert [lp.kind for lp in codegen_loops(stmt, loops, zen4)][2] == LoopKind.SERIAL
+    assert statement_counts(stmt, loops, zen4)["store"] == 64 * 256
+
+
+def _row_statistic(varying_input: bool) -> KernelIR:
+    """A layer norm's variance placed where each output element is: per row r, in the loop
+    over its elements e, var = sum of sq[r, x] over x, then out[r, e] = v[r, e] * var."""
+    sq_idx = (Index((("r", 1),)), Index((("x", 1),)))
+    init = Statement("var_init", (Access("var", True, (Index(),), (1,), 4),), ())
+    update = Statement(
+        "var_update",
+        (
+            Access("sq", False, sq_idx, (8, 32), 4),
+            Access("var", False, (Index(),), (1,), 4),
+            Access("var", True, (Index(),), (1,), 4),
+        ),
+        (("add", 1),),
+    )
+    out = Statement(
+        "out",
+        (
+            Access("v", False, (Index((("r", 1),)), Index((("e", 1),))), (8, 768), 4),
+            Access("var", False, (Index(),), (1,), 4),
+            Access("out", True, (Index((("r", 1),)), Index((("e", 1),))), (8, 768), 4),
+        ),
+        (("mul", 1),),
+    )
+    body = [init, Loop("x", 32, LoopKind.SERIAL, (update,)), out]
+    if varying_input:  # sq rewritten per element: the sum changes with e and stays in the loop
+        square = Statement("sq", (
+            Access("v", False, (Index((("r", 1),)), Index((("e", 1),))), (8, 768), 4),
+            Access("sq", True, (Index((("r", 1),)), Index((("y", 1),))), (8, 32), 4),
+        ), (("mul", 1),))
+        body.insert(0, Loop("y", 32, LoopKind.SERIAL, (square,)))
+    e = Loop("e", 768, LoopKind.SERIAL, tuple(body))
+    return KernelIR("ln", (Loop("r", 8, LoopKind.PARALLEL, (e,)),), (Allocation("var", "local", 1, 4, "e"),))
+
+
+def test_statements_invariant_in_a_rolled_loop_are_counted_once_for_it():
+    from tuna.cpu.codegen import hoisted_loops, tvm_unrolled
+
+    zen4 = machine.preset("zen4")
+    kernel = _row_statistic(varying_input=False)
+    walked = list(walk(kernel.body))
+    hoisted = dict(zip((s.name for s, _ in walked), hoisted_loops(walked, zen4, frozenset(tvm_unrolled(kernel)))))
+    # The sum over x (unrolled by LLVM) and its initialisation leave the loop over e; the
+    # output, which changes with e, does not; nothing leaves the parallel loop.
+    assert hoisted == {"var_init": {"e"}, "var_update": {"e"}, "out": frozenset()}
+    assert features(kernel, zen4)["add"] == 8 * 32
+    # When a statement that changes with e writes what the sum reads, the sum stays.
+    kernel = _row_statistic(varying_input=True)
+    walked = list(walk(kernel.body))
+    hoisted = dict(zip((s.name for s, _ in walked), hoisted_loops(walked, zen4, frozenset(tvm_unrolled(kernel)))))
+    assert hoisted["var_update"] == frozenset()
+    assert features(kernel, zen4)["add"] == 8 * 768 * 32

@@ -527,6 +527,8 @@ def _bench_tune(args: argparse.Namespace) -> int:
         _check_output(args.json)
     for w in args.workloads:
         integration.load_workload(w)
+    if args.pools is not None and not Path(args.pools).is_dir():
+        raise TunaError(f"--pools {args.pools}: no such folder")
     mach = measure.check_runnable(_here(args.target), args.machine)
     searches = tuple(s.strip() for s in args.search.split(",") if s.strip())
     unknown = set(searches) - {"evolutionary", "es"}
@@ -542,9 +544,12 @@ def _bench_tune(args: argparse.Namespace) -> int:
     for w in args.workloads:
         _stderr(f"== tuna bench tune {w} for {mach.name}: {args.trials} trials each")
         work = Path(args.work_dir) / Path(w.replace(":", "-")).name
+        reference = bench.shipped_pool(w, args.pools)
+        if reference is None:
+            _stderr(f"   no measured pool of {w} {'in ' + args.pools if args.pools else 'shipped'}: no pool-best row")
         for row in measure.compare_tuning(w, mach, work, args.trials,
                                           searches=searches, num_trials_per_iter=args.per_iter, seed=args.seed,
-                                          more_seeds=more_seeds, progress=_stderr, reference=bench.shipped_pool(w)):
+                                          more_seeds=more_seeds, progress=_stderr, reference=reference):
             if row.get("schedule") is not None:  # each pick's scheduled TIR, to study it later
                 path = work / "picks" / f"{row['method']}.py"
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -859,6 +864,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "how much the pick depends on the seed")
     p.add_argument("--work-dir", default="tuna-bench-tune",
                    help="where the tuning databases and the picks' scheduled TIR (picks/) go")
+    p.add_argument("--pools", help="folder of measured pools (tuna bench collect) whose best candidate of each "
+                                   "workload is re-timed as the reference (default: the pools tuna ships)")
     p.add_argument("--json", help="also write the rows as JSON here")
     p.set_defaults(func=_bench_tune)
 

@@ -291,11 +291,11 @@ def shipped_pools() -> list[Path]:
     return pool_files(Path(__file__).parent.parent / "data" / "pools")
 
 
-def shipped_pool(workload: str) -> Pool | None:
+def shipped_pool(workload: str, folder: str | os.PathLike | None = None) -> Pool | None:
     """The shipped pool of ``workload`` (``"GMM:1"``, ``"GMM-1"``, a network task
-    ``"resnet50/max_pool2d"``), None if tuna ships none."""
+    ``"resnet50/max_pool2d"``), or the pool of it in ``folder``; None if there is none."""
     name = workload.replace(":", "-").replace("/", "-").lower()
-    for path in shipped_pools():
+    for path in shipped_pools() if folder is None else pool_files(folder):
         if pool_stem(path).lower() == name:
             return load_pool(path)
     return None

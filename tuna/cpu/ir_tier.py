@@ -5,7 +5,9 @@ TVM's loops: vectorized loops become vector instructions of the target's width, 
 own full unrolling and auto-vectorization are applied to the loops TVM left serial
 (:func:`tuna.cpu.codegen.codegen_loops`); the innermost unrolled and vectorized loops form a register tile
 in which each distinct vector is loaded once; loads invariant in the loops just outside
-the tile are hoisted while the tile fits in the vector registers. Reductions are bounded by
+the tile are hoisted while the tile fits in the vector registers, and statements whose
+values do not change in a rolled loop count once for it (LICM,
+:func:`tuna.cpu.codegen.hoisted_loops`). Reductions are bounded by
 the FMA latency over the updates independent of each accumulator (those inside the
 innermost reduction loop, and instances of that loop the reorder buffer overlaps). Each
 top-level loop nest's core cycles are those
@@ -23,6 +25,7 @@ tree's FP-pipe and reduction-chain bounds).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 from collections.abc import Mapping
@@ -35,7 +38,7 @@ from ..estimate import Estimate
 from ..ir import Access, Allocation, KernelIR, Loop, LoopKind, Statement, walk
 from ..machine import Machine
 from .cache import data_movement
-from .codegen import codegen_loops, contiguous_in, rolled_around, tvm_unrolled, unrolled_loops
+from .codegen import codegen_loops, contiguous_in, hoisted_loops, rolled_around, tvm_unrolled, unrolled_loops
 from .simulator import uarch
 
 #: Instructions of loop control (increment, compare, branch) per iteration of a rolled loop.
@@ -294,7 +297,12 @@ def _nest_counts(
     """Each statement of one top-level nest with its loops and counts, and their sum."""
     counts: Counter = Counter()
     homes = {name: alloc.loop for name, alloc in allocations.items()}
-    stmts = [(stmt, loops, statement_counts(stmt, loops, machine, tvm, homes)) for stmt, loops in walk((node,))]
+    walked = list(walk((node,)))
+    stmts = []
+    for (stmt, loops), hoisted in zip(walked, hoisted_loops(walked, machine, tvm), strict=True):
+        # A loop LICM hoists the statement out of runs it once (codegen.hoisted_loops).
+        counted = tuple(dataclasses.replace(lp, extent=1) if lp.var in hoisted else lp for lp in loops)
+        stmts.append((stmt, loops, statement_counts(stmt, counted, machine, tvm, homes)))
     for _, _, own in stmts:
         counts.update(own)
     return stmts, counts
