@@ -194,7 +194,8 @@ def _markdown(header: Sequence[str], body: list[list[str]]) -> str:
 #: What the columns of :func:`tune_table` mean (printed under it, and in BENCHMARKS.md).
 TUNE_CAPTION = (
     "Ratio to best: the fastest pick of the workload (pool-best included) / this pick. pool-best: the "
-    "fastest candidate of the shipped pool (MetaSchedule with real measurement on the pools' machine, "
+    "fastest candidate of the workload's measured pool (the one tuna ships, or the one in --pools; "
+    "MetaSchedule with real measurement on the pools' machine, "
     "its trials and tuning time) re-timed here in the same run; ratio to pool best: its latency / this pick."
 )
 

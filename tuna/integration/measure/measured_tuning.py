@@ -277,6 +277,7 @@ def compare_tuning(
         for run_seed in (seed, *more_seeds):
             method = f"tuna-{search}" + (f"@seed{run_seed}" if run_seed != seed else "")
             report(progress, f"{workload}: tuna offline, {trials} candidates ({search} search, seed {run_seed})")
+            quiet_metaschedule()  # the previous run's logging set-up turned MetaSchedule's console to INFO
             result = tune(mod, mach, root / method, max_trials=trials, num_trials_per_iter=num_trials_per_iter,
                           seed=run_seed, progress=progress, search=search)
             rows.append({
