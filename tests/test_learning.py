@@ -208,3 +208,63 @@ def test_bench_hybrid_runs_the_three_tuners_and_times_their_picks(tmp_path, caps
     assert all(r["latency"] > 0 and r["best"] > 0 for r in rows)
     assert rows[0]["trials_to_5pct"] is not None  # the yardstick reaches itself
     assert "to 5%" in capsys.readouterr().out
+
+
+def _free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def rpc_device():
+    """A TVM RPC tracker and one server registered under a key, both on this machine: a
+    remote board as MetaSchedule's RPCRunner reaches it."""
+    import subprocess
+    import sys
+    import time
+
+    from tvm import rpc
+
+    port, key = _free_port(), "tuna-test-board"
+    procs = [subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", "127.0.0.1",
+                               "--port", str(port), "--port-end", str(port + 1)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # the tracker is up when it answers
+            try:
+                rpc.connect_tracker("127.0.0.1", port).summary()
+                break
+            except Exception:  # not listening yet
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        server_port = _free_port()
+        procs.append(subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_server", "--host", "127.0.0.1",
+                                       "--port", str(server_port), "--port-end", str(server_port + 1),
+                                       "--tracker", f"127.0.0.1:{port}", "--key", key],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        while not rpc.connect_tracker("127.0.0.1", port).summary()["server_info"]:
+            if time.monotonic() > deadline:
+                raise TimeoutError("the RPC server did not register with the tracker")
+            time.sleep(0.5)
+        yield ms.runner.RPCConfig(tracker_host="127.0.0.1", tracker_port=port, tracker_key=key,
+                                  session_timeout_sec=120)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+@pytest.mark.slow  # starts a tracker and a server: about 40 s
+def test_hybrid_tuning_measures_on_a_remote_device_over_rpc(tmp_path, rpc_device):
+    host = _host()
+    runner = ms.runner.RPCRunner(rpc_config=rpc_device, max_workers=1)
+    result = tuna.tune("GMM:1", host, tmp_path / "run", measure=8, runner=runner, seed=0)
+    records = result.database.get_all_tuning_records()
+    assert result.trials == 8 and len(records) == 8
+    assert all(0 < float(s) < 1 for r in records for s in r.run_secs)  # run times came back over RPC
+    assert result.measured_seconds == pytest.approx(min(np.mean([float(s) for s in r.run_secs]) for r in records))
