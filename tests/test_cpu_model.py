@@ -352,16 +352,17 @@ def test_statements_invariant_in_a_rolled_loop_are_counted_once_for_it():
     from tuna.cpu.codegen import hoisted_loops, tvm_unrolled
 
     zen4 = machine.preset("zen4")
+
+    def hoisted(kernel):
+        walked = list(walk(kernel.body))
+        return dict(zip((s.name for s, _ in walked), hoisted_loops(walked, zen4, frozenset(tvm_unrolled(kernel)))))
+
     kernel = _row_statistic(varying_input=False)
-    walked = list(walk(kernel.body))
-    hoisted = dict(zip((s.name for s, _ in walked), hoisted_loops(walked, zen4, frozenset(tvm_unrolled(kernel)))))
     # The sum over x (unrolled by LLVM) and its initialisation leave the loop over e; the
     # output, which changes with e, does not; nothing leaves the parallel loop.
-    assert hoisted == {"var_init": {"e"}, "var_update": {"e"}, "out": frozenset()}
+    assert hoisted(kernel) == {"var_init": {"e"}, "var_update": {"e"}, "out": frozenset()}
     assert features(kernel, zen4)["add"] == 8 * 32
     # When a statement that changes with e writes what the sum reads, the sum stays.
     kernel = _row_statistic(varying_input=True)
-    walked = list(walk(kernel.body))
-    hoisted = dict(zip((s.name for s, _ in walked), hoisted_loops(walked, zen4, frozenset(tvm_unrolled(kernel)))))
-    assert hoisted["var_update"] == frozenset()
+    assert hoisted(kernel)["var_update"] == frozenset()
     assert features(kernel, zen4)["add"] == 8 * 768 * 32
