@@ -1,7 +1,12 @@
 """Worker processes and Dask: same scores as in-process, and faults cost only their candidates."""
 
+import json
 import os
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -236,4 +241,49 @@ def test_on_dask_a_crash_a_hang_or_an_error_costs_only_its_candidate():
         assert_only_faulty_score_worst(payloads, scores)
         assert elapsed < 120  # two hangs ended after 2 CPU seconds each, not the batch's backstop
         # The restarted workers go on scoring.
+        assert dask_eval([2, 3]) == [4.0, 9.0]
+
+
+
+@pytest.fixture
+def remote_scheduler(tmp_path):
+    """A Dask scheduler and two single-threaded workers (under nannies, which restart them),
+    each started apart with Dask's own command line and default settings, as a user's
+    cluster would be; yields the scheduler's address."""
+    file = tmp_path / "scheduler.json"
+    dask = str(Path(sys.executable).parent / "dask")
+    # The workers import this module's scoring functions by name.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parent),
+                                                                     os.environ.get("PYTHONPATH")]))}
+    started = []
+
+    def start(*args):
+        started.append(subprocess.Popen([dask, *args, "--no-dashboard", "--scheduler-file", str(file)], env=env,
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                        start_new_session=True))
+
+    try:
+        start("scheduler", "--host", "127.0.0.1", "--port", "0")
+        deadline = time.monotonic() + 60
+        while not file.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        start("worker", "--nworkers", "2", "--nthreads", "1")
+        yield json.loads(file.read_text())["address"]
+    finally:
+        for proc in reversed(started):  # each with the processes it started (nannies, workers)
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+
+
+def test_on_a_remote_dask_cluster_a_fault_costs_only_its_candidate(remote_scheduler):
+    # Default settings (allowed-failures 3, several tasks a worker): Dask gives up the tasks
+    # that ran beside a crash as well as the crash itself; those are sent again alone.
+    payloads = list(range(1, 17))
+    with workers.DaskEvaluator(remote_scheduler, setup_offset, score_faulty, 0.0, timeout=2.0) as dask_eval:
+        deadline = time.monotonic() + 60
+        while dask_eval.workers < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        scores = dask_eval(payloads)
+        assert_only_faulty_score_worst(payloads, scores)
+        assert dask_eval.failed + dask_eval.timed_out == 3  # the workers 7, 11 and 14 end, each counted once
         assert dask_eval([2, 3]) == [4.0, 9.0]

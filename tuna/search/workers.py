@@ -758,7 +758,12 @@ class DaskEvaluator:
     -----
     A payload that kills its worker (or is ended by the watchdog) is retried by Dask on
     another worker up to the scheduler's ``allowed-failures``, and so are the other tasks
-    that worker held; then it scores :data:`~tuna.estimate.WORST_SCORE`. A local cluster sets
+    that worker held: once a worker has died under a task that many times, Dask gives it up
+    (``KilledWorker``), whether it killed the workers or only ran beside the one that did.
+    On a scheduler this evaluator did not start, each such task is sent again alone, one at
+    a time, so that only the payloads that kill a worker by themselves score
+    :data:`~tuna.estimate.WORST_SCORE` (a remote cluster with default settings otherwise
+    lost innocent candidates beside every crash). A local cluster sets
     ``allowed-failures`` to 0 and gives each worker one task at a time
     (``worker-saturation`` 1.0), so a fault there costs one worker restart and its own
     payload only.
@@ -815,35 +820,57 @@ class DaskEvaluator:
         """Score ``payloads``; ``timeout`` (CPU seconds a payload) overrides the evaluator's for this batch."""
         if not payloads:
             return []
-        setup, score_fn = self._fns
         limit = self.timeout if timeout is None else timeout
         wall = wall_limit(limit)
         out: list[float] = [WORST_SCORE] * len(payloads)
         todo = list(range(len(payloads)))
+        suspects: list[int] = []
         for attempt in range(2):
-            n = len(todo)
-            futures = self._client.map(_dask_score, [setup] * n, [score_fn] * n, [self._key] * n, [self._arg] * n,
-                                       [payloads[i] for i in todo], [limit] * n, [wall] * n, pure=False)
-            _wait_all(futures, time.monotonic() + wall * math.ceil(n / self.workers) + 30)
-            done, not_done = {f for f in futures if f.done()}, {f for f in futures if not f.done()}
-            # Tasks cancelled by the scheduler (not failed, not run past the limit) lost a worker
-            # they did not kill: they are sent once more.
-            again = []
-            for i, fut in zip(todo, futures):
-                if fut in done and fut.status == "finished":
-                    out[i] = float(fut.result())
-                elif fut.status == "error":
-                    self.failed += 1
-                    logger.warning("tuna search: a Dask task failed (%s); it scores worst", fut.exception())
-                elif fut.status == "cancelled" and attempt == 0:
-                    again.append(i)
-            self._stop_overdue(not_done)
-            if not again:
+            again = self._batch(payloads, todo, out, limit, wall, suspects if self._cluster is None else None)
+            if not again or attempt:
                 break
             logger.info("tuna search: %d Dask tasks were cancelled with a worker that died; sending them again",
                         len(again))
             todo = again
+        if suspects:
+            logger.info("tuna search: %d Dask tasks were given up with workers that died; sending each alone",
+                        len(suspects))
+        for i in suspects:
+            self._batch(payloads, [i], out, limit, wall, None)
         return out
+
+    def _batch(self, payloads: Sequence[Any], todo: list[int], out: list[float], limit: float, wall: float,
+               suspects: list[int] | None) -> list[int]:
+        """Score ``payloads[i]`` for ``i`` in ``todo`` into ``out``; return those to send again.
+
+        A task Dask gave up because workers died under it goes to ``suspects`` (if given)
+        instead of scoring worst: it may have run beside the payload that killed them.
+        """
+        from distributed import KilledWorker
+
+        setup, score_fn = self._fns
+        n = len(todo)
+        futures = self._client.map(_dask_score, [setup] * n, [score_fn] * n, [self._key] * n, [self._arg] * n,
+                                   [payloads[i] for i in todo], [limit] * n, [wall] * n, pure=False)
+        _wait_all(futures, time.monotonic() + wall * math.ceil(n / self.workers) + 30)
+        done, not_done = {f for f in futures if f.done()}, {f for f in futures if not f.done()}
+        # Tasks cancelled by the scheduler (not failed, not run past the limit) lost a worker
+        # they did not kill: they are sent once more.
+        again = []
+        for i, fut in zip(todo, futures):
+            if fut in done and fut.status == "finished":
+                out[i] = float(fut.result())
+            elif fut.status == "error":
+                err = fut.exception()
+                if suspects is not None and isinstance(err, KilledWorker):
+                    suspects.append(i)
+                    continue
+                self.failed += 1
+                logger.warning("tuna search: a Dask task failed (%s); it scores worst", err)
+            elif fut.status == "cancelled":
+                again.append(i)
+        self._stop_overdue(not_done)
+        return again
 
     def _stop_overdue(self, not_done) -> None:
         """Count and cancel tasks still running past the batch's backstop; restart their workers."""
