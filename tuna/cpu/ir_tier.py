@@ -7,7 +7,9 @@ own full unrolling and auto-vectorization are applied to the loops TVM left seri
 in which each distinct vector is loaded once; loads invariant in the loops just outside
 the tile are hoisted while the tile fits in the vector registers, and statements whose
 values do not change in a rolled loop count once for it (LICM,
-:func:`tuna.cpu.codegen.hoisted_loops`). Reductions are bounded by
+:func:`tuna.cpu.codegen.hoisted_loops`). Accumulators TVM vectorized at a width that is not a
+power of two, kept in registers over a rolled loop, are carried lane by lane (LLVM scalarizes
+such loop-carried vectors: :data:`SCALARIZED_LANE_INSTRUCTIONS`). Reductions are bounded by
 the FMA latency over the updates independent of each accumulator (those inside the
 innermost reduction loop, and instances of that loop the reorder buffer overlaps). Each
 top-level loop nest's core cycles are those
@@ -57,6 +59,21 @@ MAX_STACK_ALLOCA = 1024
 #: the loop body: the runtime's function table and the device id (LLVM's code for the SFM-1
 #: picks of ES on Zen 4 holds them in r14 and ebx).
 WORKSPACE_VALUES = 2
+#: Instructions per lane with which LLVM carries a vector TVM made of a width that is not a
+#: power of two, and wider than the machine's vectors, around a rolled loop (an accumulator
+#: kept in registers over a reduction loop): such a loop-carried value is scalarized, each
+#: lane inserted back into a vector at the top of the loop's body and extracted at its
+#: bottom. Micro-kernels accumulating 1-8 vectors of 20-56 floats over a rolled loop (LLVM
+#: of TVM 0.27, znver4) have 1.8-1.9 such instructions per lane and back edge; for
+#: graviton2, 3 per lane in the whole function. The lanes that do not fit in the vector
+#: registers are spilled and reloaded on every iteration as well.
+SCALARIZED_LANE_INSTRUCTIONS = 2
+#: LLVM unrolls a small rolled loop partly, in powers of two up to :data:`MAX_PARTIAL_UNROLL`
+#: copies while the copies hold at most this many vector instructions (loads and
+#: arithmetic). Fitted by hand to the same micro-kernels: one to eight accumulators of 16,
+#: 28 and 56 lanes were unrolled 16 to 1 times, the copies holding 36-72 such instructions.
+PARTIAL_UNROLL_SIZE = 72
+MAX_PARTIAL_UNROLL = 16
 #: Classes of operations that occupy the FP pipes, counted by width as well (``pipe_<kind>``).
 PIPE_KINDS = ("fma", "add", "mul", "div", "special")
 #: Classes of the loop tree's operations that become one instruction each per execution.
@@ -162,6 +179,9 @@ def statement_counts(
         counts["store" if write else "load"] += n
         counts["pipe_store" if write else "pipe_load"] += n * widths[(buf, idx, write)]
 
+    if vec is not None and by_tvm and vl > hw and vl & (vl - 1) and fits and outside:
+        _scalarized_carry(counts, stmt, distinct, vec, vinstr, tile, outside, homes, machine)
+
     writes = [a for a in stmt.accesses if a.write]
     reduce_at = [pos for pos, lp in enumerate(loops) if not any(w.depends_on(lp.var) for w in writes)]
     if writes and reduce_at and stmt.op_count("fma") + stmt.op_count("add"):
@@ -185,6 +205,42 @@ def statement_counts(
         counts["call_block_ops"] = own + (LANE_CALL_INSTRUCTIONS * counts["math"] if vl > 1 else 0)
         counts["scalar_calls"] = counts["math"] if vl == 1 else 0
     return counts
+
+
+def _scalarized_carry(
+    counts: Counter, stmt: Statement, distinct: Mapping[tuple, int], vec: Loop, vinstr: int,
+    tile: tuple[Loop, ...], outside: tuple[Loop, ...], homes: Mapping[str, str | None] | None, machine: Machine,
+) -> None:
+    """Count the lane moves (and spills) of accumulators carried as scalars around a rolled loop.
+
+    The statement's TVM vectors of ``vec.extent`` lanes (not a power of two, wider than the
+    machine's) that it reads and writes without depending on the innermost rolled loop
+    around its register ``tile`` (``outside[-1]``) stay in registers across that loop, and
+    LLVM carries them lane by lane (:data:`SCALARIZED_LANE_INSTRUCTIONS`) once per copy of
+    the loop's body it unrolls partly (:data:`PARTIAL_UNROLL_SIZE`). ``distinct`` holds the
+    vector instructions of each access per iteration of that loop.
+    """
+    carrier = outside[-1]
+    if carrier.kind != LoopKind.SERIAL:
+        return  # a parallel loop's iterations are calls of the outlined body: nothing carried
+    inside = {lp.var for lp in (carrier, *tile)}
+    lanes = 0
+    for (buf, idx, write), n in distinct.items():
+        updated = write and (buf, idx, False) in distinct  # read where it is written: an accumulator
+        fresh = (homes or {}).get(buf) in inside  # allocated anew in each iteration: nothing carried
+        if updated and not fresh and not any(ix.depends_on(carrier.var) for ix in idx):
+            lanes += n // vinstr * vec.extent
+    if not lanes:
+        return
+    body = sum(n for (buf, idx, write), n in distinct.items() if not write and (buf, idx, True) not in distinct)
+    body += stmt.op_count() * math.prod(vinstr if lp is vec else lp.extent for lp in tile)
+    copies = 1
+    while (copies < MAX_PARTIAL_UNROLL and 2 * copies * body <= PARTIAL_UNROLL_SIZE
+           and carrier.extent % (2 * copies) == 0):
+        copies *= 2
+    back_edges = math.prod(lp.extent for lp in outside) // copies
+    counts["lane_moves"] += SCALARIZED_LANE_INSTRUCTIONS * lanes * back_edges
+    counts["spill"] += max(0, lanes - machine.vector_registers) * back_edges
 
 
 def _address_from(alloc: Allocation | None, inside: set[str]) -> str:
@@ -339,6 +395,7 @@ def _nest_terms(
     stores = (counts["pipe_store"] + counts["spill"]) / tp["store"]
     instructions = (
         sum(counts[k] for k in ("fma", "add", "mul", "div", "special", "cast", "cmp", "load", "store"))
+        + counts["lane_moves"]
         + 2 * counts["spill"]
         + LOOP_OVERHEAD_INSTRUCTIONS * counts["loop_iterations"]
     )
@@ -348,7 +405,7 @@ def _nest_terms(
     core = max(fp, loads, stores, frontend, counts["chain"])
     if machine.in_order:
         core = fp + loads + stores + counts["chain"] / 2
-    for key in ("fma", "add", "mul", "load", "store", "spill", "lanes_fma", "loop_iterations", "chain"):
+    for key in ("fma", "add", "mul", "load", "store", "spill", "lane_moves", "lanes_fma", "loop_iterations", "chain"):
         feats[key] += counts[key]
     feats["fp_cycles"] += fp
     feats["tir_fp_cycles"] += fp / active * imbalance
