@@ -167,19 +167,35 @@ def _divide(a: _Affine, c: int, extents: dict[str, int]) -> tuple[_Affine, _Affi
 _CHILD_FIELDS = ("a", "b", "value", "condition", "true_value", "false_value", "base", "stride")
 
 
+#: Per node type, the fields of :data:`_CHILD_FIELDS` and the list fields it has (asking a
+#: node for a field it lacks raises inside TVM's FFI, which made most of the walk's time).
+_FIELDS_OF: dict[type, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+
+
+def _fields_of(e) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    kind = type(e)
+    fields = _FIELDS_OF.get(kind)
+    if fields is None:
+        lists = () if isinstance(e, tvm.tirx.BufferStore) else ("args", "indices")
+        fields = _FIELDS_OF[kind] = (tuple(n for n in _CHILD_FIELDS if hasattr(e, n)),
+                                     tuple(n for n in lists if hasattr(e, n)))
+    return fields
+
+
 def _subexprs(expr):
     """Yield ``expr`` and all its sub-expressions, buffer-load subscripts included."""
     stack = [expr]
     while stack:
         e = stack.pop()
         yield e
-        for name in _CHILD_FIELDS:
-            child = getattr(e, name, None)
+        single, lists = _fields_of(e)
+        for name in single:
+            child = getattr(e, name)
             if isinstance(child, tvm.ir.expr.Expr):
                 stack.append(child)
-        for name in ("args", "indices"):
-            children = getattr(e, name, None)
-            if children is not None and not isinstance(e, tvm.tirx.BufferStore):
+        for name in lists:
+            children = getattr(e, name)
+            if children is not None:
                 stack.extend(c for c in children if isinstance(c, tvm.ir.expr.Expr))
 
 
@@ -294,11 +310,11 @@ class _Extractor:
 
     def _statement(self, store, block_name: str, env) -> ir.Statement:
         accesses: list[ir.Access] = []
-        for e in _subexprs(store.value):
+        nodes = list(_subexprs(store.value))
+        for e in nodes:  # conditions first: they decide how the loads' loops run
             if isinstance(e, tvm.ir.Call) and str(getattr(e.op, "name", "")).endswith("if_then_else"):
                 self._note_lane_condition(e.args[0], env)
-
-        for e in _subexprs(store.value):
+        for e in nodes:
             if isinstance(e, tvm.ir.TensorLoad):
                 accesses.append(self._access(e.source, e.indices, False, env))
         accesses.append(self._access(store.buffer, store.indices, True, env))
