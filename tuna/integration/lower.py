@@ -173,6 +173,7 @@ _FIELDS_OF: dict[type, tuple[tuple[str, ...], tuple[str, ...]]] = {}
 
 
 def _fields_of(e) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The child-expression fields and list fields that nodes of ``e``'s type have."""
     kind = type(e)
     fields = _FIELDS_OF.get(kind)
     if fields is None:
@@ -311,7 +312,7 @@ class _Extractor:
     def _statement(self, store, block_name: str, env) -> ir.Statement:
         accesses: list[ir.Access] = []
         nodes = list(_subexprs(store.value))
-        for e in nodes:  # conditions first: they decide how the loads' loops run
+        for e in nodes:  # conditions that differ between lanes make their vector loops scalar
             if isinstance(e, tvm.ir.Call) and str(getattr(e.op, "name", "")).endswith("if_then_else"):
                 self._note_lane_condition(e.args[0], env)
         for e in nodes:
