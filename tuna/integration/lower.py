@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -167,20 +168,13 @@ def _divide(a: _Affine, c: int, extents: dict[str, int]) -> tuple[_Affine, _Affi
 _CHILD_FIELDS = ("a", "b", "value", "condition", "true_value", "false_value", "base", "stride")
 
 
-#: Per node type, the fields of :data:`_CHILD_FIELDS` and the list fields it has (asking a
-#: node for a field it lacks raises inside TVM's FFI, which made most of the walk's time).
-_FIELDS_OF: dict[type, tuple[tuple[str, ...], tuple[str, ...]]] = {}
-
-
-def _fields_of(e) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The child-expression fields and list fields that nodes of ``e``'s type have."""
-    kind = type(e)
-    fields = _FIELDS_OF.get(kind)
-    if fields is None:
-        lists = () if isinstance(e, tvm.tirx.BufferStore) else ("args", "indices")
-        fields = _FIELDS_OF[kind] = (tuple(n for n in _CHILD_FIELDS if hasattr(e, n)),
-                                     tuple(n for n in lists if hasattr(e, n)))
-    return fields
+@functools.cache
+def _fields_of(kind: type) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The fields of :data:`_CHILD_FIELDS` and the list fields that nodes of type ``kind`` have
+    (once per type: asking a node for a field it lacks raises inside TVM's FFI, which made
+    most of the walk's time)."""
+    lists = () if issubclass(kind, tvm.tirx.BufferStore) else ("args", "indices")
+    return tuple(n for n in _CHILD_FIELDS if hasattr(kind, n)), tuple(n for n in lists if hasattr(kind, n))
 
 
 def _subexprs(expr):
@@ -189,7 +183,7 @@ def _subexprs(expr):
     while stack:
         e = stack.pop()
         yield e
-        single, lists = _fields_of(e)
+        single, lists = _fields_of(type(e))
         for name in single:
             child = getattr(e, name)
             if isinstance(child, tvm.ir.expr.Expr):
