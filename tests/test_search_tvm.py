@@ -18,6 +18,7 @@ from tuna import integration
 from tuna.estimate import WORST_SCORE, seconds_from_score
 from tuna.integration import search_strategy
 from tuna.search import es
+from tuna.search.workers import ProcessPool
 
 
 @pytest.fixture(scope="module")
@@ -96,6 +97,38 @@ def test_a_worker_builds_the_candidates_the_main_process_builds(preset):
     there = [search_strategy.build(state.mod, spaces.trace(c), state.postprocs) is not None for c in cands]
     # On the GPU most random decisions break the thread limits VerifyGPUCode checks.
     assert here == there and any(here)
+
+
+def builds_alone(state, payload):
+    """1 if the trace builds, 0 if not; 2 where the worker holds torch or TVM's tensor intrinsics."""
+    if sys.modules.get("torch") is not None or "tvm.s_tir.tensor_intrin" in sys.modules:
+        return 2.0
+    return float(search_strategy.build(state.mod, payload, state.postprocs) is not None)
+
+
+@pytest.mark.parametrize("preset", ["zen4", "v100"])
+def test_a_worker_skips_torch_and_intrinsics_when_no_space_tensorizes(preset):
+    mod = integration.load_workload("GMM:0")
+    machine = tuna.resolve(preset)
+    spaces, ctx = search_strategy.design_spaces(mod, machine)
+    assert not spaces.tensorizes()
+    spec = search_strategy.worker_spec(mod, ctx.space_generator.postprocs, machine, intrinsics=spaces.tensorizes())
+    cands = es.EvolutionStrategies(spaces.search_space(), seed=0).ask().novel[:40]
+    here = [float(search_strategy.build(mod, spaces.trace(c), ctx.space_generator.postprocs) is not None)
+            for c in cands]
+    with ProcessPool(search_strategy.worker_setup, builds_alone, spec, workers=1) as pool:
+        there = pool([spaces.trace(c) for c in cands])
+    assert there == here and any(here)  # no 2: neither was imported, and the postprocessors work without
+    with ProcessPool(search_strategy.worker_setup, builds_alone, {**spec, "intrinsics": True}) as pool:
+        assert pool([spaces.trace(cands[0])]) == [2.0]
+
+
+def test_a_space_that_tensorizes_is_told_apart(gmm):
+    _, spaces, _ = gmm
+    insts, decisions = spaces.spaces[0].trace
+    marked = [*insts, ["Annotate", ["b0", "dot_16x4_avx512"], ["meta_schedule.auto_tensorize"], []]]
+    tensorizing = search_strategy.DesignSpaces((search_strategy.DesignSpace([marked, decisions], ()),))
+    assert not spaces.tensorizes() and tensorizing.tensorizes()
 
 
 def test_workers_and_a_local_dask_cluster_find_what_one_process_finds():

@@ -11,11 +11,13 @@ import inspect
 import linecache
 import sys
 import threading
+import types
 from typing import Any
 
 from tvm.s_tir import meta_schedule as ms
 
 _INTRIN_LOCK = threading.Lock()
+_INTRIN_MODULE = "tvm.s_tir.tensor_intrin"
 
 
 def _frames(context: int = 1) -> list[inspect.FrameInfo]:
@@ -31,10 +33,24 @@ def _frames(context: int = 1) -> list[inspect.FrameInfo]:
     return out
 
 
-def new_tune_context(**kwargs: Any) -> ms.TuneContext:
-    """``ms.TuneContext(**kwargs)``, with TVM's tensor intrinsics loaded the fast way first."""
-    load_tensor_intrinsics()
-    return ms.TuneContext(**kwargs)
+def new_tune_context(intrinsics: bool = True, **kwargs: Any) -> ms.TuneContext:
+    """``ms.TuneContext(**kwargs)``, with TVM's tensor intrinsics loaded the fast way first.
+
+    With ``intrinsics=False`` they are not loaded at all (2-3 s of a worker's start-up):
+    for a process that applies only traces that do not tensorize
+    (:meth:`~tuna.integration.search_strategy.design_space.DesignSpaces.tensorizes`).
+    The context then behaves the same for everything else; its constructor only imports
+    the intrinsics to register them.
+    """
+    if intrinsics or _INTRIN_MODULE in sys.modules:
+        load_tensor_intrinsics()
+        return ms.TuneContext(**kwargs)
+    with _INTRIN_LOCK:
+        sys.modules[_INTRIN_MODULE] = types.ModuleType(_INTRIN_MODULE, "stands in while a TuneContext is made")
+        try:
+            return ms.TuneContext(**kwargs)
+        finally:
+            del sys.modules[_INTRIN_MODULE]
 
 
 def load_tensor_intrinsics() -> None:
@@ -51,11 +67,11 @@ def load_tensor_intrinsics() -> None:
     ``tune_tir`` makes its own TuneContext) and at the start of each builder worker; a no-op
     once the module is loaded.
     """
-    if "tvm.s_tir.tensor_intrin" in sys.modules:
+    if _INTRIN_MODULE in sys.modules:
         return
     with _INTRIN_LOCK:
         saved, inspect.stack = inspect.stack, _frames
         try:
-            importlib.import_module("tvm.s_tir.tensor_intrin")
+            importlib.import_module(_INTRIN_MODULE)
         finally:
             inspect.stack = saved

@@ -140,8 +140,11 @@ class SerialEvaluator:
 # might not be on its own (tuna itself, the module holding setup and score), and it does not
 # go through multiprocessing's spawn, which would import the parent's __main__ (its file,
 # re-running a script that has no guard) to be able to unpickle objects defined there.
+# It also marks torch as absent: TVM's FFI imports torch whenever it is installed (about
+# 1 s of each worker's start-up), and what workers score never holds a tensor.
 _BOOTSTRAP = (
     "import sys\n"
+    "sys.modules.setdefault('torch', None)\n"
     "from multiprocessing.connection import Connection\n"
     "conn = Connection(int(sys.argv[1]))\n"
     "sys.path[:] = conn.recv()\n"

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import math
 from collections.abc import Sequence
@@ -89,6 +90,13 @@ class DesignSpaces:
     def initial(self) -> list[es_mod.Candidate]:
         """Each design space's own decisions, as candidates."""
         return [(i, *(d.initial for d in s.decisions)) for i, s in enumerate(self.spaces)]
+
+    def tensorizes(self) -> bool:
+        """Whether any space tensorizes (a ``tensorize`` step or an ``auto_tensorize`` mark).
+
+        Only such traces need TVM's tensor intrinsics registered where they are applied.
+        """
+        return any("tensorize" in json.dumps(s.trace[0]).lower() for s in self.spaces)
 
 
 def factorizations(extent: int, parts: int, max_innermost: int = -1) -> list[tuple[int, ...]]:

@@ -59,7 +59,7 @@ def run_es(
     mach = as_machine(target, machine)
     spaces, ctx = design_spaces(mod, mach)
     search_es = es_mod.EvolutionStrategies(spaces.search_space(), config, seed=seed)
-    spec = worker_spec(mod, ctx.space_generator.postprocs, mach, tier)
+    spec = worker_spec(mod, ctx.space_generator.postprocs, mach, tier, intrinsics=spaces.tensorizes())
     evaluator = workers_mod.make_evaluator(worker_setup, worker_score, spec,
                                            workers=workers, cluster=cluster, timeout=timeout, shared=True)
     start = time.perf_counter()

@@ -331,7 +331,7 @@ class _Run:
             self.pool = None
             return self._model_scores
         machine = owner.machine if isinstance(owner.machine, Machine) else as_machine(self.ctx.target, owner.machine)
-        spec = worker_spec(self.mod, self.postprocs, machine, owner.score)
+        spec = worker_spec(self.mod, self.postprocs, machine, owner.score, intrinsics=self.spaces.tensorizes())
         self.pool = workers_mod.make_evaluator(worker_setup, worker_score, spec, workers=owner.workers,
                                                cluster=owner.cluster, timeout=owner.timeout,
                                                shared=True)

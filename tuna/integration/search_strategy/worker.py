@@ -31,15 +31,19 @@ class WorkerState:
     tier: str
 
 
-def worker_spec(mod: tvm.IRModule, postprocs: Sequence[Any], machine: Machine, tier: str = "ir") -> dict[str, Any]:
+def worker_spec(mod: tvm.IRModule, postprocs: Sequence[Any], machine: Machine, tier: str = "ir",
+                intrinsics: bool = True) -> dict[str, Any]:
     """What each worker needs once: the workload and postprocessors (TVM's JSON), the machine, the tier.
 
     The postprocessors travel as objects (the caller's own, not necessarily MetaSchedule's
-    defaults); each worker initialises them with a TuneContext of its own.
+    defaults); each worker initialises them with a TuneContext of its own. ``intrinsics``:
+    whether the traces it will be sent may tensorize, so that the worker must register
+    TVM's tensor intrinsics (False saves 2-3 s of each worker's start-up).
     """
     tiers.check_tier(tier)
     return {"mod": tvm.ir.save_json(mod), "postprocs": tvm.ir.save_json(list(postprocs)),
-            "target": plain_json(dict(machine.target)), "machine": machine.name, "tier": tier}
+            "target": plain_json(dict(machine.target)), "machine": machine.name, "tier": tier,
+            "intrinsics": bool(intrinsics)}
 
 
 def worker_setup(spec: dict[str, Any]) -> WorkerState:
@@ -49,7 +53,7 @@ def worker_setup(spec: dict[str, Any]) -> WorkerState:
     machine = resolve(spec["target"], spec["machine"])
     # The JSON holds the postprocessors but not what a TuneContext gives them (e.g.
     # VerifyGPUCode's thread and shared-memory limits): without it no GPU candidate builds.
-    context = new_tune_context(mod=mod, target=tvm_target(machine))
+    context = new_tune_context(spec.get("intrinsics", True), mod=mod, target=tvm_target(machine))
     for proc in postprocs:
         proc._initialize_with_tune_context(context)
     return WorkerState(mod, postprocs, machine, spec["tier"])
