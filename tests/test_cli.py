@@ -1,4 +1,6 @@
 import json
+import subprocess
+import sys
 
 from tuna import cli
 
@@ -43,3 +45,13 @@ def test_the_docstring_lists_every_command():
         nested = [a for a in sub._actions if a.dest == "bench_command"]
         for full in [f"{name} {b}" for b in nested[0].choices] if nested else [name]:
             assert f"``tuna {full}" in cli.__doc__, full
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly():
+    # As ``tuna targets | head -1`` does: the pipe is closed before tuna writes.
+    proc = subprocess.Popen([sys.executable, "-m", "tuna.cli", "targets"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141
+    assert "Traceback" not in err and "Exception ignored" not in err, err

@@ -945,13 +945,20 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # here, where a reader that went away is caught below
+        return code
     except TunaError as err:
         print(f"tuna: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("tuna: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (``tuna bench tasks resnet50 | head``): stop quietly, and point
+        # stdout at nothing so that the interpreter's final flush does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":
