@@ -41,7 +41,7 @@ def _profile_lines(tune_seconds: float, before: float, after: float) -> list[str
 
     phases = profile.snapshot()
     lines = ["== profile (wall-clock seconds)",
-             f"   {'before tuning (imports, workload, targets)':<46}{before:>8.1f} s",
+             f"   {'before tuning (imports, workload, set-up)':<46}{before:>8.1f} s",
              f"   {'tuning (MetaSchedule run)':<46}{tune_seconds:>8.1f} s   100%"]
     for name, ph in phases.items():
         share = ph.seconds / tune_seconds if tune_seconds else 0.0
@@ -254,7 +254,8 @@ def _tune(args: argparse.Namespace) -> int:
         if mach.name in exports:
             print("   " + str(result.export(exports[mach.name])).replace("\n", "\n   ") + "\n")
         if args.profile:
-            print("\n".join(_profile_lines(result.tune_seconds, before, _since_start() - began - result.tune_seconds)))
+            after = _since_start() - began - result.setup_seconds - result.tune_seconds
+            print("\n".join(_profile_lines(result.tune_seconds, before + result.setup_seconds, after)))
             print()
         finished = _since_start()
         summary.append((mach.name, report, result.tune_seconds, result.trials))

@@ -53,6 +53,9 @@ class TuneResult:
     measured_seconds : float or None
         Hybrid tuning (``measure=N``): the chosen schedule's measured run time (the mean of
         the runner's repeats); None offline.
+    setup_seconds : float
+        Wall-clock time before the tuning run began: checks, the cost model (which loads
+        TVM's tensor intrinsics), builder, runner and search.
     """
 
     database: Any
@@ -64,6 +67,7 @@ class TuneResult:
     tune_seconds: float
     cost_model: Any
     measured_seconds: float | None = None
+    setup_seconds: float = 0.0
 
     def export(self, path: str | os.PathLike, *, host: Any = None):
         """Compile the chosen schedule for the machine and write it to ``path`` (``.so``, ``.tar``, ``.o``;
@@ -153,6 +157,7 @@ def tune(
         search state kept there is damaged, or it holds run times of the other kind
         (predicted offline, measured with ``measure``: :func:`~.work_dir.check_kind`).
     """
+    entered = time.perf_counter()
     if search not in ("evolutionary", "es"):
         raise TunaError(f"unknown search {search!r}; choose es or evolutionary")
     if measure is not None and (isinstance(measure, bool) or not isinstance(measure, int) or measure < 1):
@@ -223,10 +228,12 @@ def tune(
     # The tier the runner predicted the candidates with, so the report agrees with the database.
     est = estimate_module(sch.mod, mach, runner_tier(mach))
     if not hybrid:
-        return TuneResult(database, sch, mach, est.seconds, est, runner.ran, elapsed, cost_model)
+        return TuneResult(database, sch, mach, est.seconds, est, runner.ran, elapsed, cost_model,
+                          setup_seconds=start - entered)
     best = database.get_top_k(database.commit_workload(mod), 1)
     measured = float(sum(float(s) for s in best[0].run_secs) / len(best[0].run_secs)) if best else None
-    return TuneResult(database, sch, mach, est.seconds, est, len(cost_model.records), elapsed, cost_model, measured)
+    return TuneResult(database, sch, mach, est.seconds, est, len(cost_model.records), elapsed, cost_model, measured,
+                      setup_seconds=start - entered)
 
 
 #: Candidates measured per round in hybrid tuning (``tune(..., measure=N)``): few, each

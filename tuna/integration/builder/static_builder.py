@@ -53,15 +53,28 @@ class StaticBuilder(PyBuilder):
         not compiled again; its artifact is a file holding the prediction, which
         :class:`~tuna.integration.StaticRunner` returns. Read at each build, so the
         caller may fill it as tuning goes.
+
+    The ``LocalBuilder`` is made at the first candidate that must be compiled: making one
+    starts a build process to check the build functions (4-5 s here, TVM's imports and
+    tensor intrinsics), and with tuna's ES every candidate is known.
     """
 
     def __init__(self, max_workers: int | None = None, timeout_sec: float = 60.0,
                  known: Predictions | None = None) -> None:
         super().__init__()
-        self.local = LocalBuilder(max_workers=max_workers, timeout_sec=timeout_sec, f_build=_tuna_build,
-                                  f_export=_tuna_export, initializer=load_tensor_intrinsics)
+        self.max_workers, self.timeout_sec = max_workers, timeout_sec
+        self._local: LocalBuilder | None = None
         self.known = known if known is not None else Predictions()
         self.reused = 0
+
+    @property
+    def local(self) -> LocalBuilder:
+        """The ``LocalBuilder`` that compiles candidates with no known prediction (made on first use)."""
+        if self._local is None:
+            self._local = LocalBuilder(max_workers=self.max_workers, timeout_sec=self.timeout_sec,
+                                       f_build=_tuna_build, f_export=_tuna_export,
+                                       initializer=load_tensor_intrinsics)
+        return self._local
 
     def build(self, build_inputs) -> list[BuilderResult]:
         began = time.perf_counter()
