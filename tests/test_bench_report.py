@@ -43,15 +43,20 @@ def test_ratios_are_to_the_fastest_of_each_group_and_to_the_reference():
 
 
 def test_seed_summary_shows_each_seed_and_the_worst_pick():
-    rows = [{"workload": w, "method": "tuna-es" + (f"@seed{seed}" if seed else ""), "seed": seed, "latency": lat}
-            for w, seed, lat in (("GMM:1", 0, 1e-4), ("GMM:1", 1, 1.25e-4), ("SFM:1", 0, 2e-4), ("SFM:1", 1, 2e-4))]
-    rows.append({"workload": "GMM:1", "method": "metaschedule", "latency": 1e-4})
+    rows = [{"workload": w, "method": "tuna-es" + (f"@seed{seed}" if seed else ""), "seed": seed, "latency": lat,
+             "tune_seconds": secs}
+            for w, seed, lat, secs in (("GMM:1", 0, 1e-4, 10.0), ("GMM:1", 1, 1.25e-4, 30.0), ("SFM:1", 0, 2e-4, 5.0),
+                                       ("SFM:1", 1, 2e-4, 5.0))]
+    rows.append({"workload": "GMM:1", "method": "metaschedule", "latency": 1e-4, "tune_seconds": 80.0})
     text = bench.seed_summary(bench.with_ratios(rows, "workload", {"GMM:1": 1e-4, "SFM:1": 2e-4}))
     lines = text.splitlines()
     assert lines[1].split() == ["search", "workload", "seed", "0", "seed", "1", "worst"]
     assert lines[3].split() == ["tuna-es", "GMM:1", "1.000", "0.800", "0.800"]
     assert lines[4].split() == ["tuna-es", "SFM:1", "1.000", "1.000", "1.000"]
-    assert lines[-1] == "tuna-es: 3 of 4 picks within 5% of the pool's best; worst 0.800 (GMM:1, seed 1)"
+    assert lines[-2] == ("tuna-es: 3 of 4 picks within 5% of the pool's best; worst 0.800 (GMM:1, seed 1); "
+                         "geometric mean 0.946")  # (0.8 ** (1 / 4))
+    # Only GMM:1 has MetaSchedule's time: its mean over seeds, 20 s, over 80 s.
+    assert lines[-1].startswith("tuna-es: tuning time 0.250x MetaSchedule's with measurement (geometric mean over 1 ")
     report = bench.benchmarks_markdown(None, {"rows": bench.with_ratios(rows, "workload"), "meta": META}, None)
     assert "| GMM:1 | tuna-es@seed1 |" in report and "Ratio to pool best by seed:" in report
 

@@ -268,14 +268,20 @@ def seed_summary(rows: list[Mapping[str, Any]], within: float = 0.952) -> str:
     """How tuna's picks vary with the seed, from ``tuna bench tune`` rows with several seeds.
 
     One line per search and workload with each seed's ratio to the pool's best, then per
-    search how many picks came ``within`` of it (0.952: within 5%) and the worst.
+    search how many picks came ``within`` of it (0.952: within 5%) and the worst, the
+    geometric mean of the ratios, and, where MetaSchedule's row has a tuning time, the
+    geometric mean over workloads of tuna's mean tuning time over MetaSchedule's.
     """
     table: dict[str, dict[str, dict[int, float | None]]] = {}
+    times: dict[str, dict[str, list[float]]] = {}
+    measured = {r["workload"]: r.get("tune_seconds") for r in rows if r["method"] == "metaschedule"}
     for r in rows:
         if r.get("seed") is None or not str(r["method"]).startswith("tuna-"):
             continue
         search = str(r["method"]).split("@", 1)[0]
         table.setdefault(search, {}).setdefault(r["workload"], {})[r["seed"]] = r.get("ratio_to_reference")
+        if r.get("tune_seconds") and measured.get(r["workload"]):
+            times.setdefault(search, {}).setdefault(r["workload"], []).append(r["tune_seconds"])
     seeds = sorted({seed for by_workload in table.values() for ratios in by_workload.values() for seed in ratios})
     header = ["search", "workload", *(f"seed {s}" for s in seeds), "worst"]
     body, totals = [], []
@@ -288,9 +294,16 @@ def seed_summary(rows: list[Mapping[str, Any]], within: float = 0.952) -> str:
                          _fmt_ratio(min(values) if values else None)])
         if found:
             worst = min(found)
+            mean = math.exp(sum(math.log(v) for v, _, _ in found) / len(found))
             totals.append(f"{search}: {sum(v >= within for v, _, _ in found)} of {len(found)} picks within "
                           f"{(1 - within) * 100:.0f}% of the pool's best; worst {worst[0]:.3f} "
-                          f"({worst[1]}, seed {worst[2]})")
+                          f"({worst[1]}, seed {worst[2]}); geometric mean {mean:.3f}")
+        spent = times.get(search, {})
+        if spent:
+            ratios = [sum(t) / len(t) / measured[w] for w, t in spent.items()]
+            totals.append(f"{search}: tuning time {math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}x "
+                          f"MetaSchedule's with measurement (geometric mean over {len(ratios)} workloads "
+                          "of the mean over seeds)")
     if not body:
         return "no picks with a ratio to a pool's best"
     return "\n".join(["Ratio to pool best by seed:", _fixed(header, body), *totals])
