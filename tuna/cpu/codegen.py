@@ -96,13 +96,20 @@ def codegen_loops(
     stays scalar), and the statement has no condition (LLVM leaves conditional loads, such as
     those of an inlined padding, scalar). The innermost such loop becomes vectorized.
     """
-    if machine.in_order or not loops:
-        return loops
+    return _codegen(stmt, loops, machine, tvm)[0]
+
+
+def _codegen(
+    stmt: Statement, loops: tuple[Loop, ...], machine: Machine, tvm: frozenset[str] | None
+) -> tuple[tuple[Loop, ...], set[str], set[int]]:
+    """:func:`codegen_loops`, with the loops TVM unrolls (names) and those LLVM unrolls completely (positions)."""
     unrolled = unrolled_loops(loops, tvm)
+    if machine.in_order or not loops:
+        return loops, unrolled, set()
     region, full = _llvm_unrolling(stmt, loops, unrolled, machine.lanes(stmt.dtype_bytes))
     out = [dataclasses.replace(lp, kind=LoopKind.UNROLLED) if pos in full else lp for pos, lp in enumerate(loops)]
     if any(lp.kind == LoopKind.VECTORIZED for lp in loops) or stmt.op_count("cmp"):
-        return tuple(out)  # vectorized by TVM already, or conditional loads (inlined padding)
+        return tuple(out), unrolled, full  # vectorized by TVM already, or conditional loads (inlined padding)
     writes = [a for a in stmt.accesses if a.write]
     for pos in region:
         lp = loops[pos]
@@ -116,7 +123,7 @@ def codegen_loops(
         ):
             out[pos] = dataclasses.replace(lp, kind=LoopKind.VECTORIZED)
             break
-    return tuple(out)
+    return tuple(out), unrolled, full
 
 
 def _llvm_unrolling(
@@ -153,10 +160,7 @@ def rolled_around(stmt: Statement, loops: tuple[Loop, ...], machine: Machine, tv
     the innermost: everything between is unrolled or vectorized by TVM. A loop LLVM's loop
     vectorizer takes stays a loop (of vectors); those it unrolls completely do not.
     """
-    unrolled = unrolled_loops(loops, tvm)
-    lanes = machine.lanes(stmt.dtype_bytes)
-    _, full = _llvm_unrolling(stmt, loops, unrolled, lanes) if not machine.in_order else ([], set())
-    code = codegen_loops(stmt, loops, machine, tvm)
+    code, unrolled, full = _codegen(stmt, loops, machine, tvm)
     return tuple(
         code[pos]
         for pos, lp in enumerate(loops)
