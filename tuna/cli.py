@@ -35,10 +35,17 @@ from .errors import TunaError
 from .tiers import TIERS
 
 
-def _profile_lines(tune_seconds: float, before: float, after: float) -> list[str]:
-    """``--profile``: where the run's wall time went (see :mod:`tuna.profile`)."""
+def _profile_lines(result, before: float, spent: float) -> list[str]:
+    """``--profile``: where the run's wall time went (see :mod:`tuna.profile`).
+
+    ``result`` is a tune result (its set-up and tuning seconds), ``before`` the seconds
+    before the tuning call, ``spent`` those in it and after it.
+    """
     from . import profile
 
+    tune_seconds = result.tune_seconds
+    before += result.setup_seconds
+    after = spent - result.setup_seconds - tune_seconds
     phases = profile.snapshot()
     lines = ["== profile (wall-clock seconds)",
              f"   {'before tuning (imports, workload, set-up)':<46}{before:>8.1f} s",
@@ -129,7 +136,7 @@ def _tune_network(args: argparse.Namespace, targets: list[str], work_root: Path)
             info = export.export_network(result.executable, mach, exports[mach.name])
             print("   " + str(info).replace("\n", "\n   ") + "\n")
         if args.profile:
-            print("\n".join(_profile_lines(result.tune_seconds, before, _since_start() - began - result.tune_seconds)))
+            print("\n".join(_profile_lines(result, before, _since_start() - began)))
             print()
         finished = _since_start()
         summary.append((mach.name, total, result.tune_seconds, result.trials, len(result.tasks)))
@@ -254,8 +261,7 @@ def _tune(args: argparse.Namespace) -> int:
         if mach.name in exports:
             print("   " + str(result.export(exports[mach.name])).replace("\n", "\n   ") + "\n")
         if args.profile:
-            after = _since_start() - began - result.setup_seconds - result.tune_seconds
-            print("\n".join(_profile_lines(result.tune_seconds, before + result.setup_seconds, after)))
+            print("\n".join(_profile_lines(result, before, _since_start() - began)))
             print()
         finished = _since_start()
         summary.append((mach.name, report, result.tune_seconds, result.trials))

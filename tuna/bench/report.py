@@ -10,6 +10,7 @@ from the JSON the bench commands saved.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -294,14 +295,14 @@ def seed_summary(rows: list[Mapping[str, Any]], within: float = 0.952) -> str:
                          _fmt_ratio(min(values) if values else None)])
         if found:
             worst = min(found)
-            mean = math.exp(sum(math.log(v) for v, _, _ in found) / len(found))
+            mean = statistics.geometric_mean(v for v, _, _ in found)
             totals.append(f"{search}: {sum(v >= within for v, _, _ in found)} of {len(found)} picks within "
                           f"{(1 - within) * 100:.0f}% of the pool's best; worst {worst[0]:.3f} "
                           f"({worst[1]}, seed {worst[2]}); geometric mean {mean:.3f}")
         spent = times.get(search, {})
         if spent:
             ratios = [sum(t) / len(t) / measured[w] for w, t in spent.items()]
-            totals.append(f"{search}: tuning time {math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}x "
+            totals.append(f"{search}: tuning time {statistics.geometric_mean(ratios):.3f}x "
                           f"MetaSchedule's with measurement (geometric mean over {len(ratios)} workloads "
                           "of the mean over seeds)")
     if not body:

@@ -86,6 +86,9 @@ class NetworkTuneResult:
         Wall time of MetaSchedule's run (task extraction and the final compilation excluded).
     trials : int
         Candidates predicted in this run.
+    setup_seconds : float
+        Wall time before MetaSchedule's run began: the network built, its tasks extracted,
+        the cost model and each task's search made.
     """
 
     name: str
@@ -95,6 +98,7 @@ class NetworkTuneResult:
     tasks: list[TaskResult]
     tune_seconds: float
     trials: int
+    setup_seconds: float = 0.0
 
     @property
     def predicted_seconds(self) -> float:
@@ -190,6 +194,7 @@ def tune_network(
     WorkDirError
         As :func:`tuna.tune`.
     """
+    entered = time.perf_counter()
     if trials_per_task < 1:
         raise TunaError(f"trials per task must be at least 1, not {trials_per_task}")
     name, mod = load_network(network, seed)
@@ -238,7 +243,7 @@ def tune_network(
         tasks = [_task_result(database, ctx, task) for ctx, task in zip(contexts, extracted)]
         with tgt:
             executable = ms.relax_integration.compile_relax(database, mod, tgt, params=None)
-    return NetworkTuneResult(name, mach, executable, database, tasks, elapsed, tracker.done)
+    return NetworkTuneResult(name, mach, executable, database, tasks, elapsed, tracker.done, start - entered)
 
 
 def _task_lines(progress: Callable[[str], None] | None, i: int, n: int, name: str) -> Callable[[str], None] | None:
