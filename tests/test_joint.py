@@ -172,6 +172,18 @@ def test_full_tier_estimates_fixture_kernels_and_explains_its_terms():
         assert est.features["compute_cycles"] >= est.features["dyn_fma"] / max(preset.cores, 1) / 2
 
 
+def test_gathers_make_a_schedule_slower_as_measured():
+    # DEP:0 candidate 139 vectorizes the padding across rows, which LLVM compiles to gathers
+    # (48 vgatherqps); it ran at 875 us, 8.0x the pool's fastest, candidate 1 (108.7 us).
+    # Before gathers were timed (one load each), the full tier put it at 1.31x.
+    slow, preset = _kernel("dep-0-c139-zen4")
+    fast, _ = _kernel("dep-0-c1-zen4")
+    assert sum(i.mnemonic == "vgatherqps" for fn in slow.code for b in fn.blocks for i in b.instructions) == 48
+    assert not any("gather" in i.mnemonic for fn in fast.code for b in fn.blocks for i in b.instructions)
+    ratio = full_tier.estimate(slow, preset).seconds / full_tier.estimate(fast, preset).seconds
+    assert ratio > 1.8
+
+
 def test_signed_immediates_and_lanes_of_simd_instructions():
     assert trip_counts._imm("0xfffffffffffff800") == -2048
     assert trip_counts._imm("#0x10") == 16

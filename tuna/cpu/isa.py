@@ -51,6 +51,8 @@ KIND_OF = MappingProxyType(
         "vload_struct": "load",
         "store_data": "store",
         "vstore_data": "store",
+        "vgather": "load",
+        "vscatter": "store",
         "vshuffle": "shuffle",
         "vperm": "shuffle",
         "vbroadcast": "shuffle",
@@ -74,6 +76,8 @@ def check_isa(isa: str) -> None:
 
 #: x86 SIMD and FP instructions, by mnemonic without its VEX/EVEX ``v``.
 X86_VECTOR_RULES = (
+    (("gather", "pgather"), "vgather"),
+    (("scatter", "pscatter"), "vscatter"),
     (("fmadd", "fmsub", "fnmadd", "fnmsub"), "fma"),
     (("divp", "divs"), "fdiv"),
     (("sqrtp", "sqrts"), "fsqrt"),
@@ -221,6 +225,9 @@ X86_PTR_BYTES = MappingProxyType(
 )
 #: Bits of a packed element, by the mnemonic's suffix (``vaddps``: single precision).
 _X86_ELEMENT_BITS = (("ps", 32), ("pd", 64), ("ph", 16))
+#: Bits of the elements an x86 gather or scatter moves, by the mnemonic's last letters
+#: (``vgatherdps``: single precision with dword indices; ``vpgatherqq``: quadwords).
+_X86_GATHER_ELEMENT_BITS = (("ps", 32), ("pd", 64), ("d", 32), ("q", 64))
 #: Bytes of an AArch64 vector element (``v0.4s``, ``v1.s[2]``) and of a register by its name's letter.
 A64_ELEMENT_BYTES = MappingProxyType({"b": 1, "h": 2, "s": 4, "d": 8})
 A64_REGISTER_BYTES = MappingProxyType({**A64_ELEMENT_BYTES, "q": 16, "w": 4, "x": 8})
@@ -228,6 +235,18 @@ _A64_ARRANGEMENT = re.compile(r"v\d+\.(\d+)([bhsd])$")
 _A64_ELEMENT = re.compile(r"v\d+\.[bhsd]\[\d+\]$")
 #: A word of operand text: register names, size keywords, shift names (not immediates).
 WORD = re.compile(r"(?<![#\w])[a-z][a-z0-9]*")
+
+
+def x86_gather_lanes(mnemonic: str, operands: str) -> int:
+    """Elements an x86 gather or scatter moves: its data register's width over its element's.
+
+    The data register is the destination of a gather and the source of a scatter; the index
+    register can be wider (``vgatherqps ymm1 {k1}, [rax + zmm2*4]`` moves 8 elements).
+    """
+    ops = [op for op in operands.lower().split(",") if "[" not in op]
+    bits = x86_register_bits(ops[0]) if ops else 128
+    elem = next((b for suffix, b in _X86_GATHER_ELEMENT_BITS if mnemonic.lower().endswith(suffix)), 32)
+    return max(1, bits // elem)
 
 
 def x86_register_bits(text: str) -> int:

@@ -92,8 +92,12 @@ def _max_cycle_mean(nodes: list[str], edges: dict[str, dict[str, float]]) -> flo
     return best
 
 
-def chain_bound(blk: Block, fwd: float, loop: bool) -> float:
-    """Longest loop-carried recurrence per iteration (loop) or critical path (straight line)."""
+def chain_bound(blk: Block, fwd: float, loop: bool, fail: float = 0.0) -> float:
+    """Longest loop-carried recurrence per iteration (loop) or critical path (straight line).
+
+    A load the store queue cannot forward to (``Block.mem_fail``) waits ``fail`` cycles after
+    its store's data, as if the store retired as soon as it had its data.
+    """
     if not loop:
         ready: dict[str, float] = {}
         longest = 0.0
@@ -111,9 +115,11 @@ def chain_bound(blk: Block, fwd: float, loop: bool) -> float:
                 ready[dd] = c
             if blk.mem_dst[u] is not None:
                 ready[blk.mem_dst[u]] = t + fwd
+            if blk.mem_fail[u] is not None:
+                ready[blk.mem_fail[u]] = t + fail
             longest = max(longest, c)
         return longest
-    written = {w for ws in blk.dsts for w in ws} | {m for m in blk.mem_dst if m}
+    written = {w for ws in blk.dsts for w in ws} | {m for m in (*blk.mem_dst, *blk.mem_fail) if m}
     dist: dict[str, dict[str, float]] = {}
     sources: set[str] = set()
     for u in range(blk.n_uops):
@@ -143,6 +149,8 @@ def chain_bound(blk: Block, fwd: float, loop: bool) -> float:
             dist[dd] = out
         if blk.mem_dst[u] is not None:
             dist[blk.mem_dst[u]] = {k: v + fwd for k, v in inc.items()}
+        if blk.mem_fail[u] is not None:
+            dist[blk.mem_fail[u]] = {k: v + fail for k, v in inc.items()}
     edges: dict[str, dict[str, float]] = {}
     for dst, ds in dist.items():
         for src, w in ds.items():

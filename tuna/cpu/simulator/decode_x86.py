@@ -2,8 +2,9 @@
 
 A load-op instruction becomes a load and an arithmetic micro-op, a store a store-address
 and a store-data micro-op, a read-modify-write a load, an operation, and the two store
-micro-ops; zeroing idioms, fusible compare/ALU instructions and load-ops with an indexed
-address (which Intel cores split into two front-end slots) are marked for the front end.
+micro-ops, a gather or scatter one micro-op timed by the elements it moves; zeroing idioms,
+fusible compare/ALU instructions and load-ops with an indexed address (which Intel cores
+split into two front-end slots) are marked for the front end.
 Timing classes come from :mod:`tuna.cpu.isa`; this module holds only how x86 instructions
 split into micro-ops.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 import re
 
 from ...ir import Instruction
-from ..isa import X86_PTR_BYTES, scalar_class, vector_class, x86_register_bits
+from ..isa import X86_PTR_BYTES, scalar_class, vector_class, x86_gather_lanes, x86_register_bits
 from .microops import Decoded, uop
 from .registers import canonical, parse_int, registers_in, split_operands
 
@@ -114,6 +115,16 @@ def decode_x86(ins: Instruction) -> Decoded:
                                                    "vcomi", "prefetch"))
     if mnem.startswith("prefetch"):
         return Decoded((uop("prefetch", 64, addr, (), None),))
+    klass = vector_class("x86-64", base, None) if vector else None
+    if klass in ("vgather", "vscatter"):
+        # One micro-op whose timing the data file gives by the elements moved (32 bits a
+        # lane: 16 elements time as w512); the mask register is consumed, and a gather merges
+        # into its destination. No store forwarding is modelled through a vector of addresses.
+        lanes = 32 * x86_gather_lanes(mnem, ins.operands)
+        masks = [r for r in reads if r.startswith("k")]
+        if klass == "vgather":
+            return Decoded((uop(klass, lanes, [*reads, *writes], [*writes, *masks]),))
+        return Decoded((uop(klass, lanes, reads, masks),))
     if is_store:
         data = [r for r in data_reads if r not in ("flags",)]
         if base in _X86_PURE_STORE or mnem in _X86_PURE_STORE:

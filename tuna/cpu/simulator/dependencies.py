@@ -64,6 +64,7 @@ class Block:
     exact: list[tuple[tuple[int, float], ...]]  # (pipe mask, exact occupancy)
     mem_src: list[str | None]
     mem_dst: list[str | None]
+    mem_fail: list[str | None]  # a store's name for the loads it cannot forward to
     sched: list[int]
     n_uops: int
     counts: dict[str, int]
@@ -74,9 +75,12 @@ def prepare_block(decoded: Sequence[Decoded], ua: Uarch, loop: bool) -> Block:
     """The micro-ops of ``decoded`` with ``ua``'s timing, front-end slots and memory dependencies.
 
     With ``loop``, a load before the store to its slot reads what the previous iteration stored.
+    A load the store queue cannot forward to (:func:`_forwards`; only on machines whose data
+    file gives ``store_forward_fail_latency``) depends on the store's ``mem_fail`` name, which
+    the schedulers make ready that many cycles after the store retires.
     """
     instr_uops, slots = [], []
-    klass, srcs, dsts, lat, parts, exact, mem_src, mem_dst, sched = [], [], [], [], [], [], [], [], []
+    klass, srcs, dsts, lat, parts, exact, mem_src, mem_dst, mem_fail, sched = [], [], [], [], [], [], [], [], [], []
     mems: list[tuple[int, bool, tuple]] = []
     counts = dict.fromkeys(KINDS, 0)
     broadcasts = 0
@@ -111,6 +115,7 @@ def prepare_block(decoded: Sequence[Decoded], ua: Uarch, loop: bool) -> Block:
                 exact.append(tuple((sum(1 << p for p in g), o) for g, o in zip(t.uops, t.occupancy)))
             mem_src.append(None)
             mem_dst.append(None)
+            mem_fail.append(None)
             if u.mem is not None:
                 mems.append((len(klass) - 1, u.kind == "store", u.mem))
             n = 2 if u.klass.endswith("_pair") else 1
@@ -129,15 +134,41 @@ def prepare_block(decoded: Sequence[Decoded], ua: Uarch, loop: bool) -> Block:
             if st or m[0] not in stores or set(m[3]) & written:
                 continue
             off, size = m[1], m[2]
-            match = [s for s, sm in stores[m[0]] if sm[1] < off + size and off < sm[1] + sm[2]]
-            before = [s for s in match if s < i]
+            match = [(s, sm) for s, sm in stores[m[0]] if sm[1] < off + size and off < sm[1] + sm[2]]
+            before = [sm for sm in match if sm[0] < i]
             src = before[-1] if before else (match[-1] if loop and match else None)
-            if src is not None:
-                name = f"m{src}"
-                mem_src[i] = name
-                mem_dst[src] = name
-    return Block(instr_uops, slots, klass, srcs, dsts, lat, parts, exact, mem_src, mem_dst, sched, len(klass),
-                 counts, broadcasts)
+            if src is None:
+                continue
+            name = f"m{src[0]}"
+            mem_dst[src[0]] = name
+            if ua.store_forward_fail_latency is not None and not _forwards(off, size, src[1], match, ua):
+                name = f"{name}!"
+                mem_fail[src[0]] = name
+            mem_src[i] = name
+    return Block(instr_uops, slots, klass, srcs, dsts, lat, parts, exact, mem_src, mem_dst, mem_fail, sched,
+                 len(klass), counts, broadcasts)
+
+
+def _forwards(off: int, size: int, store: tuple, match: list[tuple[int, tuple]], ua: Uarch) -> bool:
+    """Whether a load of ``size`` bytes at ``off`` takes its data from the store queue.
+
+    It does when it lies inside the last store to overlap it, and on a machine that forwards
+    in chunks (``ua.store_forward_chunk``) inside one chunk of that store, or, when wider than
+    a chunk, starts on a chunk of it and every byte it reads was stored (Zen 4: a 64-byte load
+    at +32 from two 64-byte stores forwards, a 32-byte load at +4 from one does not).
+    Otherwise the load waits until the store has left the queue.
+    """
+    start, length = store[1], store[2]
+    chunk = ua.store_forward_chunk
+    inside = start <= off and off + size <= start + length
+    if not chunk:
+        return inside
+    if size <= chunk:
+        return inside and (off - start) // chunk == (off + size - 1 - start) // chunk
+    covered = set()
+    for _, sm in match:
+        covered.update(range(max(off, sm[1]), min(off + size, sm[1] + sm[2])))
+    return (off - start) % chunk == 0 and len(covered) == size
 
 
 def dependency_graph(instructions: Sequence[Instruction], isa: str, *, loop: bool = True) -> DependencyGraph:
@@ -180,7 +211,7 @@ def dependency_graph(instructions: Sequence[Instruction], isa: str, *, loop: boo
             readers.setdefault(r, []).append(u)
         m = blk.mem_src[u]
         if m is not None:
-            s = int(m[1:])
+            s = int(m[1:].rstrip("!"))
             raw.append((s, u, "mem", s >= u))
         for w in blk.dsts[u]:
             if w in last_w:
@@ -212,6 +243,8 @@ _NEUTRAL = Uarch(
     macro_fusion=False,
     unlaminate_indexed=False,
     store_forward_latency=1.0,
+    store_forward_fail_latency=None,
+    store_forward_chunk=None,
     schedulers=(),
     port_scheduler=(-1,),
     table=MappingProxyType({(k, w): ClassTiming(1.0, ((0,),), (1.0,), 1.0)

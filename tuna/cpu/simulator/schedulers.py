@@ -74,12 +74,14 @@ def schedule_out_of_order(blk: Block, ua: Uarch, fwd: float, loop: bool) -> tupl
     Instructions dispatch in order, ``dispatch_width`` slots a cycle, while the reorder buffer
     and the scheduler each micro-op needs have room; each micro-op then issues at the first
     cycle its operands are ready and one of its pipes is free (earlier free cycles are filled
-    too, as an oldest-first scheduler would), and instructions retire in order. Iterations
-    are added until two consecutive windows take the same time.
+    too, as an oldest-first scheduler would), and instructions retire in order; a load the
+    store queue cannot forward to has its data ``store_forward_fail_latency`` cycles after
+    the store retires. Iterations are added until two consecutive windows take the same time.
     """
     w, cap = _window(blk, loop)
     history: list[list[float]] = []
     width = ua.dispatch_width
+    fail = ua.store_forward_fail_latency or 0.0
     rob = ua.rob_size
     rwidth = ua.retire_width
     free: list[dict[int, int]] = [{} for _ in ua.ports]
@@ -99,6 +101,7 @@ def schedule_out_of_order(blk: Block, ua: Uarch, fwd: float, loop: bool) -> tupl
                 (blk.srcs[u], blk.dsts[u], blk.lat[u], blk.parts[u], blk.mem_src[u], blk.mem_dst[u], blk.sched[u])
                 for u in rng
             ),
+            tuple(blk.mem_fail[u] for u in rng if blk.mem_fail[u] is not None),
         )
         for j, rng in enumerate(blk.instr_uops)
     ]
@@ -106,7 +109,7 @@ def schedule_out_of_order(blk: Block, ua: Uarch, fwd: float, loop: bool) -> tupl
     ceil = math.ceil
     for _ in range(cap):
         history.append(list(used))
-        for nslots, uops in body:
+        for nslots, uops, fails in body:
             d = slot // width
             g = len(retired)
             if rob and g >= rob and retired[g - rob] > d:
@@ -173,6 +176,8 @@ def schedule_out_of_order(blk: Block, ua: Uarch, fwd: float, loop: bool) -> tupl
                 retire_n = 1
             last_retire = r
             retired.append(r)
+            for name in fails:  # a load the store queue cannot serve reads the store from L1
+                ready[name] = r + fail
         ends.append(float(last_retire))
         if _steady(ends, w):
             break
@@ -200,7 +205,7 @@ def schedule_in_order(blk: Block, ua: Uarch, fwd: float, loop: bool) -> tuple[fl
     cycle_of_group, in_group = -1, 0
     finish = 0.0
     srcs, dsts, lat, parts = blk.srcs, blk.dsts, blk.lat, blk.parts
-    mem_src, mem_dst = blk.mem_src, blk.mem_dst
+    mem_src, mem_dst, mem_fail = blk.mem_src, blk.mem_dst, blk.mem_fail
     for _ in range(cap):
         history.append(list(used))
         for j, rng in enumerate(blk.instr_uops):
@@ -259,6 +264,8 @@ def schedule_in_order(blk: Block, ua: Uarch, fwd: float, loop: bool) -> tuple[fl
                     ready[dd] = c
                 if mem_dst[u] is not None:
                     ready[mem_dst[u]] = t + fwd
+                if mem_fail[u] is not None:
+                    ready[mem_fail[u]] = t + (ua.store_forward_fail_latency or 0.0)
                 if c > finish:
                     finish = c
         if not loop:

@@ -114,7 +114,7 @@ def simulate_key(key: tuple, isa: str, name: str, in_order: bool, loop: bool) ->
     blk = prepare_block(decoded, ua, loop)
     fwd = ua.store_forward_latency
     port_cycles = port_bound(blk, len(ua.ports))
-    chain_cycles = chain_bound(blk, fwd, loop)
+    chain_cycles = chain_bound(blk, fwd, loop, ua.store_forward_fail_latency or 0.0)
     issue_bound = (len(key) if in_order else sum(blk.slots)) / ua.dispatch_width
     if not key:
         return BlockTiming(0.0, 0.0, 0.0, 0.0, 0.0, 0, 0, MappingProxyType(dict.fromkeys(KINDS, 0)), 0,

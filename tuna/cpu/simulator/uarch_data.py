@@ -68,6 +68,8 @@ FALLBACK = MappingProxyType(
         "store_addr": "alu",
         "store_data": "alu",
         "vstore_data": "store_data",
+        "vgather": "vload",  # a file without gather timing: one vector load (the old behaviour)
+        "vscatter": "vstore_data",
     }
 )
 
@@ -120,6 +122,13 @@ class Uarch:
         pairs take one slot, and x86 load-op instructions with an indexed address take two.
     store_forward_latency : float
         Cycles from a store's data to a load of the same address.
+    store_forward_fail_latency : float or None
+        Cycles from a store's retirement to a load the store queue cannot forward to (a load
+        that straddles two stores, or a chunk boundary of one); None: every load that
+        overlaps a store is forwarded (no data on the machine's failures).
+    store_forward_chunk : int or None
+        Bytes of the pieces a store forwards in (see
+        :func:`tuna.cpu.simulator.dependencies.prepare_block`); None: the whole store.
     schedulers : tuple of int
         Entries of each scheduler (issue queue); dispatch stalls while the one a micro-op
         needs is full of micro-ops waiting to issue.
@@ -139,6 +148,8 @@ class Uarch:
     macro_fusion: bool
     unlaminate_indexed: bool
     store_forward_latency: float
+    store_forward_fail_latency: float | None
+    store_forward_chunk: int | None
     schedulers: tuple[int, ...]
     port_scheduler: tuple[int, ...]
     table: Mapping[tuple[str, int], ClassTiming]
@@ -156,6 +167,11 @@ def _width_key(width: int) -> int:
         if width <= w:
             return w
     return 512
+
+
+def _optional(data: Mapping, key: str, kind: type) -> float | int | None:
+    """``data[key]`` as ``kind``, or None when the file does not give it."""
+    return kind(data[key]) if key in data else None
 
 
 def _class_timing(spec: Mapping, ports: tuple[str, ...], where: str) -> ClassTiming:
@@ -295,6 +311,8 @@ def load_uarch(name: str) -> Uarch:
             macro_fusion=bool(data.get("macro_fusion", False)),
             unlaminate_indexed=bool(data.get("unlaminate_indexed", False)),
             store_forward_latency=float(data.get("store_forward_latency", 5)),
+            store_forward_fail_latency=_optional(data, "store_forward_fail_latency", float),
+            store_forward_chunk=_optional(data, "store_forward_chunk", int),
             schedulers=tuple(int(q["size"]) for q in scheds),
             port_scheduler=tuple(port_sched),
             table=MappingProxyType(table),

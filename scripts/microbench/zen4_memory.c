@@ -1,0 +1,186 @@
+/* Gathers, scatters and store forwarding on an x86-64 core with AVX-512, in core cycles.
+ *
+ * The figures behind the [here] entries of tuna/data/uarch/zen4.toml. Build and run on the
+ * machine to describe (record its lscpu beside the output):
+ *
+ *     gcc -O2 -march=x86-64-v4 scripts/microbench/zen4_memory.c -o /tmp/zen4_memory && /tmp/zen4_memory
+ *
+ * The clock is a chain of dependent 512-bit FMAs, taken as 4 cycles each (Zen 4's FMA
+ * latency): the time-stamp counter ticks at a fixed rate that is not the core's clock.
+ */
+#include <immintrin.h>
+#include <stdio.h>
+#include <x86intrin.h>
+
+#define N 2000000L
+static float data[4096] __attribute__((aligned(64)));
+static float slots[256] __attribute__((aligned(64)));
+
+static double ticks(void) { return (double)__rdtsc(); }
+
+/* Time-stamp ticks per core cycle. */
+__attribute__((noinline)) static double ticks_per_cycle(void) {
+  __m512 a = _mm512_set1_ps(1.0f), b = _mm512_set1_ps(0.999999f), c = _mm512_setzero_ps();
+  double t = ticks();
+  for (long i = 0; i < N; i++) {
+    a = _mm512_fmadd_ps(a, b, c); a = _mm512_fmadd_ps(a, b, c);
+    a = _mm512_fmadd_ps(a, b, c); a = _mm512_fmadd_ps(a, b, c);
+  }
+  t = ticks() - t;
+  volatile float keep = _mm512_reduce_add_ps(a); (void)keep;
+  return t / (16.0 * N);  /* 4 FMAs an iteration, 4 cycles each */
+}
+
+static const int IDX[16] = {0, 17, 34, 51, 68, 85, 102, 119, 136, 153, 170, 187, 204, 221, 238, 255};
+
+/* Gathers of `lanes` elements (4, 8, 16), four independent ones an iteration; with `loads`,
+ * four independent 512-bit loads beside one gather instead. `mask` switches lanes off (16 only). */
+__attribute__((noinline)) static double gathers(int lanes, int loads, __mmask16 mask) {
+  __m512i i16 = _mm512_loadu_si512(IDX);
+  __m256i i8 = _mm256_loadu_si256((const __m256i *)IDX);
+  __m128i i4 = _mm_loadu_si128((const __m128i *)IDX);
+  __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0, z = s0;
+  double t = ticks();
+  for (long i = 0; i < N; i++) {
+    if (loads) {
+      const float *p = data + 2048 + ((i * 64) & 1023);
+      s0 = _mm512_add_ps(s0, _mm512_load_ps(p)); s1 = _mm512_add_ps(s1, _mm512_load_ps(p + 16));
+      s2 = _mm512_add_ps(s2, _mm512_load_ps(p + 32)); s3 = _mm512_add_ps(s3, _mm512_load_ps(p + 48));
+      if (lanes) z = _mm512_add_ps(z, _mm512_i32gather_ps(i16, data, 4));
+    } else if (lanes == 16) {
+      s0 = _mm512_add_ps(s0, _mm512_mask_i32gather_ps(z, mask, i16, data, 4));
+      s1 = _mm512_add_ps(s1, _mm512_mask_i32gather_ps(z, mask, i16, data + 16, 4));
+      s2 = _mm512_add_ps(s2, _mm512_mask_i32gather_ps(z, mask, i16, data + 32, 4));
+      s3 = _mm512_add_ps(s3, _mm512_mask_i32gather_ps(z, mask, i16, data + 48, 4));
+    } else if (lanes == 64 + 8) {  /* 8 elements with 64-bit indices: vgatherqps ymm, [.. + zmm] */
+      __m512i q8 = _mm512_cvtepi32_epi64(_mm256_loadu_si256((const __m256i *)IDX));
+      s0 = _mm512_add_ps(s0, _mm512_castps256_ps512(_mm512_i64gather_ps(q8, data, 4)));
+      s1 = _mm512_add_ps(s1, _mm512_castps256_ps512(_mm512_i64gather_ps(q8, data + 16, 4)));
+      s2 = _mm512_add_ps(s2, _mm512_castps256_ps512(_mm512_i64gather_ps(q8, data + 32, 4)));
+      s3 = _mm512_add_ps(s3, _mm512_castps256_ps512(_mm512_i64gather_ps(q8, data + 48, 4)));
+    } else if (lanes == 8) {
+      s0 = _mm512_add_ps(s0, _mm512_castps256_ps512(_mm256_i32gather_ps(data, i8, 4)));
+      s1 = _mm512_add_ps(s1, _mm512_castps256_ps512(_mm256_i32gather_ps(data + 16, i8, 4)));
+      s2 = _mm512_add_ps(s2, _mm512_castps256_ps512(_mm256_i32gather_ps(data + 32, i8, 4)));
+      s3 = _mm512_add_ps(s3, _mm512_castps256_ps512(_mm256_i32gather_ps(data + 48, i8, 4)));
+    } else {
+      s0 = _mm512_add_ps(s0, _mm512_castps128_ps512(_mm_i32gather_ps(data, i4, 4)));
+      s1 = _mm512_add_ps(s1, _mm512_castps128_ps512(_mm_i32gather_ps(data + 16, i4, 4)));
+      s2 = _mm512_add_ps(s2, _mm512_castps128_ps512(_mm_i32gather_ps(data + 32, i4, 4)));
+      s3 = _mm512_add_ps(s3, _mm512_castps128_ps512(_mm_i32gather_ps(data + 48, i4, 4)));
+    }
+    __asm__ volatile("" ::: "memory");
+  }
+  t = ticks() - t;
+  volatile float keep = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, _mm512_add_ps(s3, z))));
+  (void)keep;
+  return t / ((loads ? 1.0 : 4.0) * N);
+}
+
+/* A chain of gathers, each one's indices depending on the previous result (through an AND
+ * with a zero the compiler cannot see and an OR: about 2 cycles, measured by `lanes` = 0). */
+__attribute__((noinline)) static double gather_chain(int lanes) {
+  __m512i i16 = _mm512_loadu_si512(IDX);
+  __m512i v = _mm512_setzero_si512();
+  double t = ticks();
+  for (long i = 0; i < N; i++) {
+    __m512i zero = _mm512_setzero_si512();
+    __asm__("" : "+v"(zero));
+    __m512i idx = _mm512_or_si512(i16, _mm512_and_si512(v, zero));
+    if (lanes == 16) v = _mm512_castps_si512(_mm512_i32gather_ps(idx, data, 4));
+    else if (lanes == 8) v = _mm512_castps_si512(_mm512_castps256_ps512(_mm256_i32gather_ps(data, _mm512_castsi512_si256(idx), 4)));
+    else if (lanes == 4) v = _mm512_castps_si512(_mm512_castps128_ps512(_mm_i32gather_ps(data, _mm512_castsi512_si128(idx), 4)));
+    else v = idx;
+  }
+  t = ticks() - t;
+  volatile int keep = _mm512_reduce_add_epi32(v); (void)keep;
+  return t / N;
+}
+
+/* Scatters of `lanes` elements, one an iteration; with `loads`, four 512-bit loads beside. */
+__attribute__((noinline)) static double scatters(int lanes, int loads) {
+  __m512i i16 = _mm512_loadu_si512(IDX);
+  __m512 v = _mm512_set1_ps(1.0f), s0 = v, s1 = v, s2 = v, s3 = v;
+  double t = ticks();
+  for (long i = 0; i < N; i++) {
+    if (lanes == 16) _mm512_i32scatter_ps(data, i16, v, 4);
+    else if (lanes == 8) _mm256_i32scatter_ps(data, _mm512_castsi512_si256(i16), _mm512_castps512_ps256(v), 4);
+    else _mm_i32scatter_ps(data, _mm512_castsi512_si128(i16), _mm512_castps512_ps128(v), 4);
+    if (loads) {
+      const float *p = data + 2048 + ((i * 64) & 1023);
+      s0 = _mm512_add_ps(s0, _mm512_load_ps(p)); s1 = _mm512_add_ps(s1, _mm512_load_ps(p + 16));
+      s2 = _mm512_add_ps(s2, _mm512_load_ps(p + 32)); s3 = _mm512_add_ps(s3, _mm512_load_ps(p + 48));
+    }
+    __asm__ volatile("" ::: "memory");
+  }
+  t = ticks() - t;
+  volatile float keep = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3))); (void)keep;
+  return t / N;
+}
+
+/* Two 64-byte stores, then one load of `bytes` at `offset` from the first; the loaded value
+ * feeds an accumulator, not the next stores. Forwarded: a few cycles an iteration. */
+__attribute__((noinline)) static double forwarding(int bytes, int offset) {
+  __m512 v = _mm512_set1_ps(1.0f), w = _mm512_set1_ps(2.0f), acc = _mm512_setzero_ps();
+  char *p = (char *)slots;
+  double t = ticks();
+  for (long i = 0; i < N; i++) {
+    _mm512_storeu_ps((float *)p, v);
+    _mm512_storeu_ps((float *)(p + 64), w);
+    __m512 r;
+    if (bytes == 64) r = _mm512_loadu_ps((float *)(p + offset));
+    else if (bytes == 32) r = _mm512_castps256_ps512(_mm256_loadu_ps((float *)(p + offset)));
+    else if (bytes == 16) r = _mm512_castps128_ps512(_mm_loadu_ps((float *)(p + offset)));
+    else if (bytes == 8) r = _mm512_castpd_ps(_mm512_castpd128_pd512(_mm_load_sd((double *)(p + offset))));
+    else r = _mm512_set1_ps(*(float *)(p + offset));
+    acc = _mm512_add_ps(acc, r);
+    __asm__ volatile("" ::: "memory");
+  }
+  t = ticks() - t;
+  volatile float keep = _mm512_reduce_add_ps(acc); (void)keep;
+  return t / N;
+}
+
+/* k loads an iteration that cannot be forwarded (each straddling two 64-byte stores). */
+__attribute__((noinline)) static double failed_loads(int k, int offset) {
+  __m512 v = _mm512_set1_ps(1.0f), a = _mm512_setzero_ps(), b = a;
+  char *p = (char *)slots;
+  double t = ticks();
+  for (long i = 0; i < N; i++) {
+    for (int j = 0; j <= k; j++) _mm512_storeu_ps((float *)(p + 64 * j), v);
+    for (int j = 0; j < k; j++) {
+      __m512 r = _mm512_loadu_ps((float *)(p + 64 * j + offset));
+      if (j & 1) b = _mm512_add_ps(b, r); else a = _mm512_add_ps(a, r);
+    }
+    __asm__ volatile("" ::: "memory");
+  }
+  t = ticks() - t;
+  volatile float keep = _mm512_reduce_add_ps(_mm512_add_ps(a, b)); (void)keep;
+  return t / N;
+}
+
+int main(void) {
+  for (int i = 0; i < 4096; i++) data[i] = 0.001f * i;
+  double c = ticks_per_cycle();
+  printf("time-stamp ticks per core cycle: %.3f\n", c);
+  printf("gather throughput, cycles each: 4 elements %.1f, 8 %.1f (64-bit indices %.1f), 16 %.1f, 16 with 14 lanes on %.1f\n",
+         gathers(4, 0, 0xffff) / c, gathers(8, 0, 0xffff) / c, gathers(64 + 8, 0, 0xffff) / c, gathers(16, 0, 0xffff) / c,
+         gathers(16, 0, 0x3ffe) / c);
+  double carry = gather_chain(0) / c;
+  printf("gather latency (chain less %.1f cycles of AND/OR): 4 elements %.1f, 8 %.1f, 16 %.1f\n", carry,
+         gather_chain(4) / c - carry, gather_chain(8) / c - carry, gather_chain(16) / c - carry);
+  printf("4 independent 512-bit loads: alone %.1f cycles, beside a 16-element gather %.1f\n",
+         gathers(0, 1, 0) / c, gathers(16, 1, 0) / c);
+  printf("scatter throughput, cycles each (beside 4 loads): 4 elements %.1f (%.1f), 8 %.1f (%.1f), 16 %.1f (%.1f)\n",
+         scatters(4, 0) / c, scatters(4, 1) / c, scatters(8, 0) / c, scatters(8, 1) / c, scatters(16, 0) / c, scatters(16, 1) / c);
+  printf("store forwarding: cycles an iteration, load of B bytes at offset +O from two 64-byte stores\n");
+  int widths[] = {64, 32, 16, 8, 4};
+  for (int k = 0; k < 5; k++) {
+    printf("  B=%2d:", widths[k]);
+    for (int off = 0; off <= 64; off += 4) printf(" +%d:%.0f", off, forwarding(widths[k], off) / c);
+    printf("\n");
+  }
+  printf("k loads an iteration that cannot be forwarded (+8) against forwarded ones (+0), cycles an iteration:\n");
+  for (int k = 1; k <= 4; k++) printf("  k=%d: %.1f against %.1f\n", k, failed_loads(k, 8) / c, failed_loads(k, 0) / c);
+  return 0;
+}
