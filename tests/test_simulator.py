@@ -337,8 +337,8 @@ def _zmm_load(dst: int, disp: int) -> Instruction:
 
 
 def test_zen4_gathers_take_the_load_pipes_for_their_measured_time():
-    # scripts/microbench/zen4_memory.c on this machine kind: four independent 16-element
-    # gathers 17.8-17.9 cycles each; four 512-bit loads beside one gather 21.4 cycles (4.3 alone).
+    # scripts/microbench/zen4_memory.zen4.txt: a 16-element gather every 17.8-20.0 cycles; four
+    # 512-bit loads beside one gather 21.4-22.1 cycles (4.2-4.6 alone).
     zen4 = machine.preset("zen4")
     four = simulator.simulate([i for d in range(4) for i in _gather(d)], zen4)
     assert 4 * 16 <= four.cycles <= 4 * 20

@@ -159,28 +159,32 @@ __attribute__((noinline)) static double failed_loads(int k, int offset) {
   return t / N;
 }
 
+/* Ticks of one measurement in core cycles, the clock read again right after it: the core's
+ * frequency moves (boost, other load) while the time-stamp counter's does not. */
+static double CYCLES(double ticks_taken) { return ticks_taken / ticks_per_cycle(); }
+
 int main(void) {
   for (int i = 0; i < 4096; i++) data[i] = 0.001f * i;
   double c = ticks_per_cycle();
   printf("time-stamp ticks per core cycle: %.3f\n", c);
   printf("gather throughput, cycles each: 4 elements %.1f, 8 %.1f (64-bit indices %.1f), 16 %.1f, 16 with 14 lanes on %.1f\n",
-         gathers(4, 0, 0xffff) / c, gathers(8, 0, 0xffff) / c, gathers(64 + 8, 0, 0xffff) / c, gathers(16, 0, 0xffff) / c,
-         gathers(16, 0, 0x3ffe) / c);
-  double carry = gather_chain(0) / c;
+         CYCLES(gathers(4, 0, 0xffff)), CYCLES(gathers(8, 0, 0xffff)), CYCLES(gathers(64 + 8, 0, 0xffff)), CYCLES(gathers(16, 0, 0xffff)),
+         CYCLES(gathers(16, 0, 0x3ffe)));
+  double carry = CYCLES(gather_chain(0));
   printf("gather latency (chain less %.1f cycles of AND/OR): 4 elements %.1f, 8 %.1f, 16 %.1f\n", carry,
-         gather_chain(4) / c - carry, gather_chain(8) / c - carry, gather_chain(16) / c - carry);
+         CYCLES(gather_chain(4)) - carry, CYCLES(gather_chain(8)) - carry, CYCLES(gather_chain(16)) - carry);
   printf("4 independent 512-bit loads: alone %.1f cycles, beside a 16-element gather %.1f\n",
-         gathers(0, 1, 0) / c, gathers(16, 1, 0) / c);
+         CYCLES(gathers(0, 1, 0)), CYCLES(gathers(16, 1, 0)));
   printf("scatter throughput, cycles each (beside 4 loads): 4 elements %.1f (%.1f), 8 %.1f (%.1f), 16 %.1f (%.1f)\n",
-         scatters(4, 0) / c, scatters(4, 1) / c, scatters(8, 0) / c, scatters(8, 1) / c, scatters(16, 0) / c, scatters(16, 1) / c);
+         CYCLES(scatters(4, 0)), CYCLES(scatters(4, 1)), CYCLES(scatters(8, 0)), CYCLES(scatters(8, 1)), CYCLES(scatters(16, 0)), CYCLES(scatters(16, 1)));
   printf("store forwarding: cycles an iteration, load of B bytes at offset +O from two 64-byte stores\n");
   int widths[] = {64, 32, 16, 8, 4};
   for (int k = 0; k < 5; k++) {
     printf("  B=%2d:", widths[k]);
-    for (int off = 0; off <= 64; off += 4) printf(" +%d:%.0f", off, forwarding(widths[k], off) / c);
+    for (int off = 0; off <= 64; off += 4) printf(" +%d:%.0f", off, CYCLES(forwarding(widths[k], off)));
     printf("\n");
   }
   printf("k loads an iteration that cannot be forwarded (+8) against forwarded ones (+0), cycles an iteration:\n");
-  for (int k = 1; k <= 4; k++) printf("  k=%d: %.1f against %.1f\n", k, failed_loads(k, 8) / c, failed_loads(k, 0) / c);
+  for (int k = 1; k <= 4; k++) printf("  k=%d: %.1f against %.1f\n", k, CYCLES(failed_loads(k, 8)), CYCLES(failed_loads(k, 0)));
   return 0;
 }
