@@ -19,6 +19,8 @@ import pytest
 from tuna import machine
 from tuna.cpu import disassembly, isa, simulator
 from tuna.cpu.simulator import decode, timing
+from tuna.cpu.simulator.dependencies import prepare_block
+from tuna.cpu.simulator.schedulers import schedule_in_order, schedule_out_of_order
 from tuna.errors import TargetError, UnsupportedISAError
 from tuna.ir import Instruction
 
@@ -375,6 +377,24 @@ def test_zen4_store_forwarding_as_measured(size, offset, forwarded):
     assert (cycles < 10) if forwarded else (cycles >= fail), cycles
     # Without failure data (Skylake's file) every overlapping load is forwarded.
     assert simulator.simulate(body, machine.preset("skylake-avx512")).cycles < 10
+
+
+@pytest.mark.parametrize("in_order", [False, True])
+def test_a_load_the_store_queue_cannot_serve_waits_in_either_scheduler(in_order):
+    # An AArch64 core with failure data (none ships such a file yet): a 16-byte load that
+    # reaches past a 16-byte store waits for it; one inside the store is forwarded.
+    ua = replace(simulator.uarch("cortex-a53" if in_order else "graviton2"),
+                 store_forward_fail_latency=30.0, store_forward_chunk=16)
+    run = schedule_in_order if in_order else schedule_out_of_order
+
+    def cycles(load: str) -> float:
+        body = [_ins("str q0, [sp, #16]", ("q0", "sp")), _ins(f"ldr q1, [sp, #{load}]", ("sp",), ("q1",)),
+                _fmla(2, 1, 3)]
+        blk = prepare_block([decode(i, "aarch64") for i in body], ua, True)
+        return run(blk, ua, ua.store_forward_latency, True)[0]
+
+    assert cycles("16") < 10
+    assert cycles("24") >= 30
 
 
 def test_results_are_memoised_and_fast():
