@@ -141,6 +141,44 @@ __attribute__((noinline)) static double forwarding(int bytes, int offset) {
   return t / N;
 }
 
+/* A load at the start of stores narrower than it: `kind` 0: four 4-byte stores, a 16-byte
+ * load; 1: two 32-byte stores, a 64-byte load; 2: two 16-byte stores, a 32-byte load; 3: one
+ * 16-byte store, a 16-byte load. */
+__attribute__((noinline)) static double narrow_stores(int kind) {
+  __m512 acc = _mm512_setzero_ps();
+  __m256 y = _mm256_set1_ps(2.0f);
+  __m128 q = _mm_set1_ps(3.0f);
+  float x = 1.0f;
+  char *p = (char *)slots;
+  double t = ticks();
+  for (long i = 0; i < N; i++) {
+    __m512 r;
+    if (kind == 0) {
+      ((volatile float *)p)[0] = x; ((volatile float *)p)[1] = x;
+      ((volatile float *)p)[2] = x; ((volatile float *)p)[3] = x;
+      __asm__ volatile("" ::: "memory");
+      r = _mm512_castps128_ps512(_mm_loadu_ps((float *)p));
+    } else if (kind == 1) {
+      _mm256_storeu_ps((float *)p, y); _mm256_storeu_ps((float *)(p + 32), y);
+      __asm__ volatile("" ::: "memory");
+      r = _mm512_loadu_ps((float *)p);
+    } else if (kind == 2) {
+      _mm_storeu_ps((float *)p, q); _mm_storeu_ps((float *)(p + 16), q);
+      __asm__ volatile("" ::: "memory");
+      r = _mm512_castps256_ps512(_mm256_loadu_ps((float *)p));
+    } else {
+      _mm_storeu_ps((float *)p, q);
+      __asm__ volatile("" ::: "memory");
+      r = _mm512_castps128_ps512(_mm_loadu_ps((float *)p));
+    }
+    acc = _mm512_add_ps(acc, r);
+    __asm__ volatile("" ::: "memory");
+  }
+  t = ticks() - t;
+  volatile float keep = _mm512_reduce_add_ps(acc); (void)keep;
+  return t / N;
+}
+
 /* k loads an iteration that cannot be forwarded (each straddling two 64-byte stores). */
 __attribute__((noinline)) static double failed_loads(int k, int offset) {
   __m512 v = _mm512_set1_ps(1.0f), a = _mm512_setzero_ps(), b = a;
@@ -184,6 +222,9 @@ int main(void) {
     for (int off = 0; off <= 64; off += 4) printf(" +%d:%.0f", off, CYCLES(forwarding(widths[k], off)));
     printf("\n");
   }
+  printf("loads over narrower stores, cycles an iteration: 4x4-byte stores, 16-byte load %.1f; 2x32, 64 %.1f; "
+         "2x16, 32 %.1f; 1x16, 16 %.1f\n", CYCLES(narrow_stores(0)), CYCLES(narrow_stores(1)), CYCLES(narrow_stores(2)),
+         CYCLES(narrow_stores(3)));
   printf("k loads an iteration that cannot be forwarded (+8) against forwarded ones (+0), cycles an iteration:\n");
   for (int k = 1; k <= 4; k++) printf("  k=%d: %.1f against %.1f\n", k, CYCLES(failed_loads(k, 8)), CYCLES(failed_loads(k, 0)));
   return 0;
