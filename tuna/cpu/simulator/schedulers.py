@@ -206,6 +206,7 @@ def schedule_in_order(blk: Block, ua: Uarch, fwd: float, loop: bool) -> tuple[fl
     finish = 0.0
     srcs, dsts, lat, parts = blk.srcs, blk.dsts, blk.lat, blk.parts
     mem_src, mem_dst, mem_fail = blk.mem_src, blk.mem_dst, blk.mem_fail
+    fail = ua.store_forward_fail_latency or 0.0
     for _ in range(cap):
         history.append(list(used))
         for j, rng in enumerate(blk.instr_uops):
@@ -265,7 +266,7 @@ def schedule_in_order(blk: Block, ua: Uarch, fwd: float, loop: bool) -> tuple[fl
                 if mem_dst[u] is not None:
                     ready[mem_dst[u]] = t + fwd
                 if mem_fail[u] is not None:
-                    ready[mem_fail[u]] = t + (ua.store_forward_fail_latency or 0.0)
+                    ready[mem_fail[u]] = t + fail
                 if c > finish:
                     finish = c
         if not loop:
