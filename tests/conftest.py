@@ -3,6 +3,8 @@
 import json
 import logging
 import os
+import shutil
+import subprocess
 from importlib import resources
 
 import pytest
@@ -20,6 +22,25 @@ def pytest_collection_modifyitems(config, items):
 def gmm_pool():
     """The measured GMM-1 pool shipped with tuna."""
     return json.loads(resources.files("tuna.data").joinpath("pools/GMM-1.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def private_mounts():
+    """Run a command in a mount namespace of its own, after a bash script that mounts there.
+
+    Gives ``run(script, argv, **subprocess_run_kwargs)``; a real full or read-only disk for
+    any user (root writes through file permissions). Skips the test where namespaces or
+    mounts are not allowed (``unshare`` missing, no user namespaces for a non-root user).
+    """
+    base = ["unshare", "--mount"] + ([] if os.geteuid() == 0 else ["--map-root-user"])
+    probe = "mount -t tmpfs -o size=64k tmpfs /mnt || mount -t tmpfs -o size=64k tmpfs /tmp"
+    if shutil.which("unshare") is None or subprocess.run([*base, "bash", "-c", probe], capture_output=True).returncode:
+        pytest.skip("no private mount namespace here (unshare --mount, then mount, refused)")
+
+    def run(script: str, argv: list[str], **kwargs) -> subprocess.CompletedProcess:
+        return subprocess.run([*base, "bash", "-c", f'set -e; {script}; exec "$@"', "_", *argv], **kwargs)
+
+    return run
 
 
 def _drop_unnamed_metaschedule_handlers() -> None:

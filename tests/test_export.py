@@ -3,7 +3,9 @@ machine's CPU family; the test skips elsewhere), AArch64 objects without a cross
 built by nvcc without a GPU (those tests skip when nvcc is missing), and the errors."""
 
 import io
+import os
 import platform
+import sys
 import tarfile
 
 import numpy as np
@@ -167,3 +169,22 @@ def test_a_schedule_tvm_cannot_compile_is_an_export_error(tmp_path):
     mod = integration.parse_tvmscript(_GPU_LOOP, "a GPU loop")  # compiled for a CPU below
     with pytest.raises(ExportError, match=r"TVM could not compile the schedule \(exporting .*gmm\.o for zen4"):
         tuna.export(mod, "zen4", tmp_path / "gmm.o")
+
+
+@pytest.mark.parametrize("name", ["gmm.o", "gmm.so"])
+def test_a_full_temporary_directory_is_an_export_error_not_the_end_of_the_process(tmp_path, private_mounts, name):
+    """LLVM ends the process when it cannot write an object file (exit 1, "LLVM ERROR")."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    script = ("import sys, tuna\n"
+              "from tuna.errors import ExportError\n"
+              "try:\n"
+              f"    tuna.export(tuna.integration.load_workload('GMM:0'), 'zen4', {str(tmp_path / name)!r})\n"
+              "except ExportError as err:\n"
+              "    sys.exit(f'ExportError: {err}')\n")
+    done = private_mounts(f"mount -t tmpfs -o size=72k tmpfs {scratch}; head -c 65536 /dev/zero > {scratch}/fill",
+                          [sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TMPDIR": str(scratch)})
+    assert done.returncode == 1 and "LLVM ERROR" not in done.stderr, done.stderr[-2000:]
+    assert f"ExportError: cannot write {tmp_path / name}: {scratch} has 8 KiB free (is the disk full?)" in done.stderr
+    assert not (tmp_path / name).exists()

@@ -4,9 +4,11 @@ import dataclasses
 import io
 import itertools
 import json
+import os
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -300,6 +302,49 @@ def test_static_builder_hands_known_predictions_to_the_runner_without_compiling(
     secs = [float(f.result().run_secs[0]) for f in runner.run([RunnerInput(b.artifact_path, "cpu", []) for b in built])]
     assert secs[0] == 1.25e-4
     assert secs[1] == pytest.approx(integration.estimate_module(other_mod, mach, "full").seconds, rel=1e-9)
+
+
+def _unrolled(n: int) -> tvm.IRModule:
+    """A loop of ``n`` statements unrolled: LLVM's code generation takes about 1.3 ms of CPU a statement."""
+    return integration.parse_tvmscript(f"""
+@T.prim_func
+def main(A: T.Buffer(({n},), "float32"), B: T.Buffer(({n},), "float32")):
+    for i in T.unroll({n}):
+        B[i] = A[i] * T.float32(2) + A[(i * 7) % {n}]
+""", f"{n} statements")
+
+
+def _burn():
+    end = time.monotonic() + 300
+    while time.monotonic() < end:
+        pass
+
+
+def test_the_builders_limit_counts_cpu_seconds_so_load_does_not_decide_what_is_dropped():
+    """Under a load that stretches a 2-CPU-second build past 3 wall-clock seconds (LocalBuilder's own
+    limit of 3 s drops it), StaticBuilder's 3 CPU seconds let it through; a 5-second one is stopped."""
+    import multiprocessing
+
+    target = integration.tvm_target(machine.preset("zen4"))
+    small, big = BuilderInput(_unrolled(1500), target), BuilderInput(_unrolled(4000), target)
+    builder = integration.StaticBuilder(max_workers=1, timeout_sec=3)
+    plain = LocalBuilder(max_workers=1, timeout_sec=3, initializer=integration.load_tensor_intrinsics)
+    assert builder.local  # made (it starts a process to check itself) before the load
+    burners = [multiprocessing.get_context("spawn").Process(target=_burn, daemon=True)
+               for _ in range(2 * (os.cpu_count() or 1))]
+    for b in burners:
+        b.start()
+    try:
+        (by_wall,) = plain.build([small])
+        (built,) = builder.build([small])
+    finally:
+        for b in burners:
+            b.kill()
+    assert by_wall.error_msg and "Timeout" in by_wall.error_msg, "the load did not stretch the build; proves nothing"
+    assert built.error_msg is None and tarfile.is_tarfile(built.artifact_path)
+    (stopped,) = builder.build([big])
+    assert stopped.artifact_path is None and "ran past 3 CPU seconds" in stopped.error_msg
+    assert builder.dropped == 1
 
 
 def test_static_runner_reports_unreadable_artifacts_as_errors(tmp_path):

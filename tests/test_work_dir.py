@@ -42,6 +42,75 @@ def test_an_unwritable_work_directory_is_a_clear_error(tmp_path):
         folder.chmod(0o700)
 
 
+def test_a_read_only_work_directory_is_a_clear_error_for_any_user(tmp_path, private_mounts):
+    """A read-only file system stops root too (file permissions do not)."""
+    folder = tmp_path / "ro"
+    (folder / "w").mkdir(parents=True)
+    done = private_mounts(f"mount --bind -o ro {folder} {folder}",
+                          [sys.executable, "-m", "tuna.cli", "tune", "GMM:0", "--trials", "8", "--work-dir",
+                           str(folder / "w")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "tuna: error: cannot use the work directory" in done.stderr
+    assert "Read-only file system" in done.stderr and "Traceback" not in done.stderr
+
+
+def _nearly_full(folder) -> str:
+    """A mount script: a tmpfs on ``folder`` with 8 KiB left free (LLVM's object for GMM:0 is 17 KiB)."""
+    folder.mkdir()
+    return f"mount -t tmpfs -o size=72k tmpfs {folder}; head -c 65536 /dev/zero > {folder}/fill"
+
+
+def test_llvm_compiles_into_memory_so_a_full_temporary_directory_cannot_end_the_process(tmp_path, private_mounts):
+    """LLVM ends the process (exit 1, "LLVM ERROR: IO failure on output stream") when it cannot
+    write an object: the full tier's compiles must not write to a disk."""
+    scratch = tmp_path / "scratch"
+    script = ("from tuna.integration import compile_objects, load_workload\n"
+              "from tuna.integration.workloads import as_machine\n"
+              "(obj,) = compile_objects(load_workload('GMM:0'), as_machine('zen4'))\n"
+              "print(len(obj), obj[:4])\n")
+    done = private_mounts(_nearly_full(scratch), [sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "TMPDIR": str(scratch)})
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert int(done.stdout.split()[0]) > 8192 and "ELF" in done.stdout  # larger than the space left
+
+
+def test_a_full_temporary_directory_stops_tuning_with_the_directory_named(tmp_path, private_mounts):
+    scratch = tmp_path / "scratch"
+    done = private_mounts(_nearly_full(scratch),
+                          [sys.executable, "-m", "tuna.cli", "tune", "GMM:0", "--trials", "8", "--workers", "1",
+                           "--work-dir", str(tmp_path / "w")],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "TMPDIR": str(scratch)})
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    assert f"tuna: error: the temporary directory {scratch} has 8 KiB free (is the disk full?)" in done.stderr
+    assert "set TMPDIR" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_temporary_directory_that_fills_mid_run_stops_it_and_the_same_command_resumes(tmp_path, monkeypatch):
+    """The builder checks the space before each batch; the records of earlier batches are kept."""
+    calls = []
+    monkeypatch.setattr(work_dir, "free_bytes", lambda folder: 1 << 30 if len(calls.append(0) or calls) < 3 else 0)
+    kwargs = dict(max_trials=16, num_trials_per_iter=8, population_size=64, workers=1)
+    with pytest.raises(WorkDirError, match=r"temporary directory .* has 0 KiB free \(is the disk full\?\)"):
+        tuna.tune("GMM:0", "zen4", tmp_path, **kwargs)
+    before = (tmp_path / RECORDS).read_text().splitlines()
+    assert len(before) == 8  # the first batch's (the check before the run, then one per batch)
+    monkeypatch.undo()
+    tuna.tune("GMM:0", "zen4", tmp_path, **kwargs)
+    after = (tmp_path / RECORDS).read_text().splitlines()
+    assert after[:8] == before and len({json.dumps(json.loads(r)[1]) for r in after}) == len(after) == 16
+
+
+def test_a_prediction_that_cannot_be_written_stops_tuning_naming_the_temporary_directory(tmp_path, monkeypatch):
+    from tuna.integration.runner.prediction import Prediction
+
+    def no_space(self, directory):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Prediction, "write", no_space)
+    with pytest.raises(WorkDirError, match=r"under the temporary directory .*: No space left on device"):
+        tuna.tune("GMM:0", "zen4", tmp_path, max_trials=8, num_trials_per_iter=8, population_size=64, workers=1)
+
+
 def test_a_record_cut_short_at_the_end_is_cut_off_and_kept(tmp_path):
     whole = json.dumps([0, [["trace"], []], [1e-5], {}, {}])
     write_db(tmp_path, [["hash", {}]], whole + "\n" + whole[:17])

@@ -246,6 +246,9 @@ def _tune(args: argparse.Namespace) -> int:
         )
         what = "predicted" if args.measure is None else "measured"
         print(f"\n   tuning time {result.tune_seconds:.1f} s; {result.trials} candidates built and {what}{scored}")
+        if result.dropped:
+            print(f"   {result.dropped} candidate{'s' * (result.dropped != 1)} dropped unpredicted: the build ran "
+                  "past the builder's limit of CPU seconds, or its process died")
         if result.measured_seconds is not None:
             print(f"   the chosen schedule ran in {result.measured_seconds * 1e6:,.1f} us here (the fastest measured)")
         report = reporting.report(str(args.workload), workload, result.estimate, mach)

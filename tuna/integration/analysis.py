@@ -33,14 +33,31 @@ def compile_objects(mod: tvm.IRModule, machine: Machine) -> list[bytes]:
     """Compile a scheduled module for ``machine`` with TVM's LLVM backend; the ELF objects."""
     try:
         executable = tvm.compile(mod, tvm_target(machine))
-        with tempfile.TemporaryDirectory(prefix="tuna-") as tmp:
-            path = os.path.join(tmp, "kernel.o")
-            executable.mod.write_to_file(path)
-            return [Path(path).read_bytes()]
+        return [object_code(executable.mod)]
     except TunaError:
         raise
     except Exception as err:
         raise AnalysisError(f"the candidate does not compile: {type(err).__name__}: {err}") from err
+
+
+def object_code(rt_mod: Any) -> bytes:
+    """The ELF object of a compiled (LLVM) runtime module.
+
+    LLVM ends the process, rather than raising, when it cannot write its output (a full
+    disk), so on Linux it writes into an anonymous in-memory file (``memfd_create``), which
+    no disk backs; elsewhere into a temporary directory.
+    """
+    if hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd"):
+        fd = os.memfd_create("tuna-kernel.o", os.MFD_CLOEXEC)
+        try:
+            rt_mod.write_to_file(f"/proc/self/fd/{fd}", "o")
+            return os.pread(fd, os.fstat(fd).st_size, 0)
+        finally:
+            os.close(fd)
+    with tempfile.TemporaryDirectory(prefix="tuna-") as tmp:
+        path = os.path.join(tmp, "kernel.o")
+        rt_mod.write_to_file(path)
+        return Path(path).read_bytes()
 
 
 def kernel_with_code(mod: tvm.IRModule, machine: Machine, objects: Sequence[bytes] | None = None) -> ir.KernelIR:

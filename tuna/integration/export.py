@@ -49,6 +49,8 @@ from ..gpu import nvcc
 from ..gpu.timing import timing
 from ..machine import Machine
 from ..search.processes import run_tool, which
+from .analysis import object_code
+from .work_dir import SCRATCH_MIN_FREE, free_bytes
 from .workloads import as_machine, tvm_target
 
 #: Suffix -> what is written, for the messages.
@@ -186,7 +188,7 @@ def export_module(module: Any, target: Any, path: str | os.PathLike, *, host: An
     rt = _compile(mod, tgt, where)
     with _staged(out) as staged:
         if suffix == ".o":
-            _tvm_write(lambda: rt.write_to_file(staged), where)
+            _tvm_write(lambda: Path(staged).write_bytes(object_code(rt)), where)
         else:
             fcompile = None if linker is None else _cross_compile(linker)
             _tvm_write(lambda: rt.export_library(staged, fcompile=fcompile), where)
@@ -472,6 +474,13 @@ def _staged(out: Path) -> Iterator[str]:
         raise ExportError(f"cannot write {out}: it is a directory")
     if not os.access(out.parent, os.W_OK):
         raise ExportError(f"cannot write {out}: directory {out.parent} is not writable")
+    # LLVM ends the process, rather than raising, when it cannot write an object file.
+    for folder in (out.parent, Path(tempfile.gettempdir())):
+        free = free_bytes(folder)
+        if free is not None and free < SCRATCH_MIN_FREE:
+            raise ExportError(f"cannot write {out}: {folder} has {free >> 10:,} KiB free (is the disk full?); "
+                              f"exporting needs {SCRATCH_MIN_FREE >> 20} MiB there (TMPDIR names the temporary "
+                              "directory)")
     tmp = tempfile.mkdtemp(prefix="tuna-export-")
     try:
         staged = Path(tmp) / out.name

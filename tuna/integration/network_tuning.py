@@ -207,7 +207,9 @@ def tune_network(
         check_cluster(cluster)
     known = Predictions()
     cost_model = TunaCostModel(mach)
+    builder = StaticBuilder(known=known)
     with held_work_dir(work_dir) as run:
+        run.watched.append(builder)
         contexts = []
         loggers = get_loggers_from_work_dir(str(work_dir), [t.task_name for t in extracted])
         for i, (task, logger, rand_state) in enumerate(zip(extracted, loggers, fork_seed(seed, n=len(extracted)))):
@@ -216,7 +218,7 @@ def tune_network(
             strategy = es_strategy(mach, work_dir, population_size, seed, workers, cluster,
                                    _task_lines(progress, i, len(extracted), task.task_name), known,
                                    state_file=work_dirs.state_file(i, task.task_name))
-            run.strategies.append(strategy)
+            run.watched.append(strategy)
             contexts.append(new_tune_context(mod=task.dispatched[0], target=tgt, space_generator="post-order-apply",
                                              search_strategy=strategy, task_name=task.task_name, logger=logger,
                                              rand_state=rand_state, num_threads="physical").clone())
@@ -233,7 +235,7 @@ def tune_network(
             max_trials_global=trials_per_task * len(extracted),
             max_trials_per_task=trials_per_task,
             num_trials_per_iter=min(num_trials_per_iter, trials_per_task),
-            builder=StaticBuilder(known=known),
+            builder=builder,
             runner=StaticRunner(mach),
             cost_model=cost_model,
             measure_callbacks=callbacks,

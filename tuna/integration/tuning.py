@@ -56,6 +56,10 @@ class TuneResult:
     setup_seconds : float
         Wall-clock time before the tuning run began: checks, the cost model (which loads
         TVM's tensor intrinsics), builder, runner and search.
+    dropped : int
+        Candidates never predicted because their build ran past the builder's limit of CPU
+        seconds (or its process died: :class:`~tuna.integration.StaticBuilder`); 0 in
+        hybrid tuning, whose builder measures.
     """
 
     database: Any
@@ -68,6 +72,7 @@ class TuneResult:
     cost_model: Any
     measured_seconds: float | None = None
     setup_seconds: float = 0.0
+    dropped: int = 0
 
     def export(self, path: str | os.PathLike, *, host: Any = None):
         """Compile the chosen schedule for the machine and write it to ``path`` (``.so``, ``.tar``, ``.o``;
@@ -93,7 +98,7 @@ def tune(
     num_trials_per_iter: int = 32,
     population_size: int = 256,
     seed: int | None = 0,
-    num_tuning_cores: int | str = "physical",
+    num_tuning_cores: int | str | None = None,
     progress: Callable[[str], None] | None = None,
     search: str = "es",
     workers: int | None = None,
@@ -124,6 +129,13 @@ def tune(
         (``5 * population_size`` candidates), the best re-ranked by the full tier; its state
         is kept in ``work_dir`` so that a run started again goes on where it stopped.
         ``"evolutionary"``: MetaSchedule's EvolutionarySearch driven by tuna's cost model.
+    num_tuning_cores : int or str, optional
+        MetaSchedule's threads (``"physical"``, ``"logical"`` or a number). By default one
+        with ``search="evolutionary"``: its search splits the work among the threads as they
+        come free, each drawing from its own random state, so with more than one the same
+        seed gives other candidates from run to run (SFM:1, 32 trials, two runs each: on two
+        threads their records differed, on one they were the same); ``"physical"``
+        otherwise (tuna's ES draws its candidates itself).
     workers : int, optional
         Worker processes for ``search="es"`` (1: in this process; default: one per physical core).
     cluster : str, optional
@@ -155,7 +167,9 @@ def tune(
         When another run holds ``work_dir``, it cannot be written, its database is
         damaged other than by a last record cut short (which is cut off, a copy kept), the
         search state kept there is damaged, or it holds run times of the other kind
-        (predicted offline, measured with ``measure``: :func:`~.work_dir.check_kind`).
+        (predicted offline, measured with ``measure``: :func:`~.work_dir.check_kind`); also
+        when the temporary directory is too full to build in (``TMPDIR``:
+        :func:`~.work_dir.check_scratch`).
     """
     entered = time.perf_counter()
     if search not in ("evolutionary", "es"):
@@ -191,18 +205,20 @@ def tune(
         known = Predictions()
         builder = StaticBuilder(known=known)
     with held_work_dir(work_dir, "measured" if hybrid else "predicted") as run:
+        if not hybrid:
+            run.watched.append(builder)
         callbacks = [*ms.measure_callback.MeasureCallback.create("default"), run.written]
         if progress is not None:
             callbacks = [*callbacks, _Progress(progress, max_trials, cost_model, "measured" if hybrid else "predicted")]
         callbacks += list(measure_callbacks or [])
         if hybrid:
             strategy = hybrid_strategy(work_dir, seed, progress)
-            run.strategies.append(strategy)
+            run.watched.append(strategy)
         elif search == "es":
             if cluster:
                 check_cluster(cluster)
             strategy = es_strategy(mach, work_dir, population_size, seed, workers, cluster, progress, known)
-            run.strategies.append(strategy)
+            run.watched.append(strategy)
         else:
             strategy = ms.search_strategy.EvolutionarySearch(population_size=population_size)
         start = time.perf_counter()
@@ -217,7 +233,7 @@ def tune(
             cost_model=cost_model,
             strategy=strategy,
             measure_callbacks=callbacks,
-            num_tuning_cores=num_tuning_cores,
+            num_tuning_cores=num_tuning_cores or (1 if search == "evolutionary" else "physical"),
             seed=seed,
         )
         elapsed = time.perf_counter() - start
@@ -229,7 +245,7 @@ def tune(
     est = estimate_module(sch.mod, mach, runner_tier(mach))
     if not hybrid:
         return TuneResult(database, sch, mach, est.seconds, est, runner.ran, elapsed, cost_model,
-                          setup_seconds=start - entered)
+                          setup_seconds=start - entered, dropped=builder.dropped)
     best = database.get_top_k(database.commit_workload(mod), 1)
     measured = float(sum(float(s) for s in best[0].run_secs) / len(best[0].run_secs)) if best else None
     return TuneResult(database, sch, mach, est.seconds, est, len(cost_model.records), elapsed, cost_model, measured,
@@ -244,10 +260,11 @@ HYBRID_PER_ROUND = 8
 @dataclass
 class _HeldRun:
     """What :func:`held_work_dir` gives a run: the records check to add to its callbacks, and
-    the list to add its ESSearch strategies to (their work-directory errors are raised as such)."""
+    the list to add its ESSearch strategies and StaticBuilder to (each keeps a ``failures``
+    list of the work-directory errors it raised inside TVM, which are raised as such)."""
 
     written: _RecordsWritten
-    strategies: list = field(default_factory=list)
+    watched: list = field(default_factory=list)
 
 
 @contextmanager
@@ -261,8 +278,10 @@ def held_work_dir(work_dir: str | os.PathLike, kind: str = "predicted") -> Itera
     or the ES states is refused here, named, before TVM reads them (it raises an untyped
     error mid-file). The run adds ``written`` to its callbacks after MetaSchedule's own
     (which add the records to the database): a record that did not reach the file (a full
-    disk: TVM's writer does not say) stops the run, named. TVM hands an error raised in
-    tuna's callbacks back as a RuntimeError; the original is raised instead.
+    disk: TVM's writer does not say) stops the run, named. A temporary directory too full to
+    build in stops it before it starts (:func:`~.work_dir.check_scratch`; StaticBuilder checks
+    again before each batch). TVM hands an error raised in tuna's callbacks back as a
+    RuntimeError; the original is raised instead.
 
     Raises
     ------
@@ -273,11 +292,12 @@ def held_work_dir(work_dir: str | os.PathLike, kind: str = "predicted") -> Itera
         work_dirs.check_database(work_dir)
         work_dirs.check_state(work_dir)
         work_dirs.check_kind(work_dir, kind)
+        work_dirs.check_scratch()
         run = _HeldRun(_RecordsWritten(work_dir))
         try:
             yield run
         except Exception:
-            failures = [f for strategy in run.strategies for f in strategy.failures]
+            failures = [f for part in run.watched for f in part.failures]
             failures += [run.written.error] if run.written.error else []
             if failures:
                 raise failures[0] from None

@@ -7,7 +7,8 @@ a copy) so that the same command resumes, and refuses any other damage with the 
 line named, before TVM reads it. :func:`check_state` refuses a damaged ES state the same
 way (it is written whole, so damage never comes from a kill). :func:`exclusive` keeps a
 second run out of a work directory that a run is using (two writers would interleave their
-records).
+records). :func:`check_scratch` stops a run whose temporary directory is full before LLVM
+writes there (LLVM ends the process, rather than raising, when a write fails).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import json
 import logging
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,8 +38,46 @@ STATE_FILE = "tuna-es-state.json"
 KIND_FILE = "tuna-run-times.txt"
 
 
+#: Free bytes the temporary directory must have before a batch is built: builds write their
+#: artifacts there (a kernel's is tens to hundreds of KiB), and LLVM ends the process when it
+#: cannot write one, so a nearly full disk must stop the run before LLVM gets there.
+SCRATCH_MIN_FREE = 64 << 20
+
+
 class WorkDirError(TunaError):
-    """A work directory that cannot be used: in use, unwritable, or its database damaged."""
+    """A work directory that cannot be used: in use, unwritable, or its database damaged; or a
+    temporary directory too full to build in."""
+
+
+def free_bytes(folder: str | os.PathLike) -> int | None:
+    """Bytes an unprivileged process may still write under ``folder``; None where unknown."""
+    try:
+        stat = os.statvfs(folder)
+    except (OSError, AttributeError):  # no statvfs (Windows) or no such folder: nothing to check
+        return None
+    return stat.f_bavail * stat.f_frsize
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
+
+
+def check_scratch(need: int = SCRATCH_MIN_FREE) -> None:
+    """Refuse to build when the temporary directory (``TMPDIR``) has less than ``need`` bytes free.
+
+    Raises
+    ------
+    WorkDirError
+        Naming the directory, its free space and the way out; the same command resumes.
+    """
+    folder = tempfile.gettempdir()
+    free = free_bytes(folder)
+    if free is not None and free < need:
+        raise WorkDirError(
+            f"the temporary directory {folder} has {_size(free)} free (is the disk full?); tuna "
+            f"needs {need >> 20} MiB there to build candidates, and LLVM ends the process when a write fails, "
+            "so the run stops here. Free some space or set TMPDIR to a directory on another disk, then run "
+            "the same command again: it resumes from the records the work directory holds")
 
 
 @contextlib.contextmanager

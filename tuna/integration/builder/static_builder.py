@@ -1,8 +1,12 @@
-"""MetaSchedule's ``LocalBuilder``, leaving what :class:`~tuna.integration.StaticRunner` reads beside each artifact."""
+"""MetaSchedule's ``LocalBuilder``, leaving what :class:`~tuna.integration.StaticRunner` reads beside each
+artifact, its time limit counted in CPU seconds."""
 
 from __future__ import annotations
 
+import functools
+import math
 import os
+import resource
 import tempfile
 import time
 from pathlib import Path
@@ -15,24 +19,62 @@ from tvm.s_tir.meta_schedule.builder.local_builder import default_build, default
 from ... import profile
 from ..intrinsics import load_tensor_intrinsics
 from ..runner import SIDECAR, Predictions, structural_key
+from ..work_dir import WorkDirError, check_scratch
 
-#: The scheduled TIR of the module each build process is building, for its export step.
-_BUILT: dict[int, str] = {}
+#: LocalBuilder counts its time limit in wall-clock seconds, so on a loaded machine the limit
+#: would decide which candidates are predicted, and so which schedule wins. tuna's build
+#: functions count CPU seconds instead (the build process's own RLIMIT_CPU), and
+#: LocalBuilder's wall-clock limit, this many times longer, only stops a build that waits
+#: rather than works.
+WALL_BACKSTOP = 10
+
+#: The scheduled TIR of the module each build process is building, for its export step, and
+#: the process's CPU-time limit before the build.
+_BUILT: dict[int, tuple[str, int]] = {}
 
 
-def _tuna_build(mod: tvm.IRModule, target, params):
-    """MetaSchedule build function that remembers the scheduled TIR for the export step."""
-    _BUILT[os.getpid()] = mod.script()
-    return default_build(mod, target, params)
+def _tuna_build(cpu_seconds: float, mod: tvm.IRModule, target, params):
+    """MetaSchedule build function (``functools.partial`` binds ``cpu_seconds``) that remembers
+    the scheduled TIR for the export step.
+
+    From here to the end of the export, this build process may use ``cpu_seconds`` more CPU
+    time; past that the kernel ends it (SIGXCPU), and LocalBuilder reports the build failed.
+    """
+    resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))  # no core file
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    limit = math.ceil(used.ru_utime + used.ru_stime + cpu_seconds)
+    resource.setrlimit(resource.RLIMIT_CPU, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
+    _BUILT[os.getpid()] = (mod.script(), soft)
+    try:
+        return default_build(mod, target, params)
+    except BaseException:
+        _unlimit(_BUILT.pop(os.getpid()))
+        raise
+
+
+def _unlimit(built: tuple[str, int]) -> None:
+    resource.setrlimit(resource.RLIMIT_CPU, (built[1], resource.getrlimit(resource.RLIMIT_CPU)[1]))
 
 
 def _tuna_export(rt_mod) -> str:
-    """Export as MetaSchedule does, then write the scheduled TIR beside the artifact."""
-    path = default_export(rt_mod)
-    script = _BUILT.pop(os.getpid(), None)
-    if script is not None:
-        (Path(path).parent / SIDECAR).write_text(script)
-    return path
+    """Export as MetaSchedule does (LLVM emits the object code here), write the scheduled TIR
+    beside the artifact, then lift the CPU-time limit :func:`_tuna_build` set."""
+    built = _BUILT.pop(os.getpid(), None)
+    try:
+        path = default_export(rt_mod)
+        if built is not None:
+            (Path(path).parent / SIDECAR).write_text(built[0])
+        return path
+    finally:
+        if built is not None:
+            _unlimit(built)
+
+
+def _stopped(result: BuilderResult) -> bool:
+    """A build LocalBuilder stopped (its wall-clock backstop) or whose process died (the CPU limit)."""
+    msg = result.error_msg or ""
+    return msg.startswith("LocalBuilder: Timeout") or "Subprocess terminated" in msg
 
 
 @derived_object
@@ -46,7 +88,8 @@ class StaticBuilder(PyBuilder):
     max_workers : int, optional
         Build processes (LocalBuilder's default: one per core).
     timeout_sec : float
-        Seconds one build may take.
+        CPU seconds one build (compile and export) may take; LocalBuilder stops a build
+        after :data:`WALL_BACKSTOP` times as many wall-clock seconds.
     known : Predictions, optional
         Predictions of candidates already analysed with the runner's tier (tuna's ES
         re-ranks its picks with the full tier, which compiles them): such a candidate is
@@ -57,6 +100,12 @@ class StaticBuilder(PyBuilder):
     The ``LocalBuilder`` is made at the first candidate that must be compiled: making one
     starts a build process to check the build functions (4-5 s here, TVM's imports and
     tensor intrinsics), and with tuna's ES every candidate is known.
+
+    ``dropped`` counts the builds stopped by a limit (their error message says which) or
+    whose process died otherwise. Before each batch the temporary directory, where the artifacts go,
+    is checked for space (:func:`~tuna.integration.work_dir.check_scratch`); a
+    :class:`~tuna.integration.work_dir.WorkDirError` raised here is also kept in ``failures``
+    (TVM hands it back to the caller as a RuntimeError).
     """
 
     def __init__(self, max_workers: int | None = None, timeout_sec: float = 60.0,
@@ -66,18 +115,25 @@ class StaticBuilder(PyBuilder):
         self._local: LocalBuilder | None = None
         self.known = known if known is not None else Predictions()
         self.reused = 0
+        self.dropped = 0
+        self.failures: list[WorkDirError] = []
 
     @property
     def local(self) -> LocalBuilder:
         """The ``LocalBuilder`` that compiles candidates with no known prediction (made on first use)."""
         if self._local is None:
-            self._local = LocalBuilder(max_workers=self.max_workers, timeout_sec=self.timeout_sec,
-                                       f_build=_tuna_build, f_export=_tuna_export,
-                                       initializer=load_tensor_intrinsics)
+            self._local = LocalBuilder(max_workers=self.max_workers, timeout_sec=self.timeout_sec * WALL_BACKSTOP,
+                                       f_build=functools.partial(_tuna_build, self.timeout_sec),
+                                       f_export=_tuna_export, initializer=load_tensor_intrinsics)
         return self._local
 
     def build(self, build_inputs) -> list[BuilderResult]:
         began = time.perf_counter()
+        try:
+            check_scratch()
+        except WorkDirError as err:
+            self.failures.append(err)
+            raise
         results: list[BuilderResult | None] = [None] * len(build_inputs)
         todo = []
         for i, inp in enumerate(build_inputs):
@@ -86,11 +142,23 @@ class StaticBuilder(PyBuilder):
                 todo.append(i)
                 continue
             # MetaSchedule removes the artifact's directory once the runner is done with it.
-            path = prediction.write(tempfile.mkdtemp(prefix="tuna-known-"))
+            try:
+                path = prediction.write(tempfile.mkdtemp(prefix="tuna-known-"))
+            except OSError as err:
+                self.failures.append(WorkDirError(
+                    f"cannot write a candidate's prediction under the temporary directory {tempfile.gettempdir()}: "
+                    f"{err.strerror or err} (is the disk full?); the run stops here. Free some space or set "
+                    "TMPDIR, then run the same command again: it resumes from the records the work directory holds"))
+                raise self.failures[-1] from None
             results[i] = BuilderResult(str(path), None)
             self.reused += 1
         if todo:
             for i, res in zip(todo, self.local.build([build_inputs[i] for i in todo])):
+                if _stopped(res):
+                    self.dropped += 1
+                    res = BuilderResult(None, f"the build was stopped: it ran past {self.timeout_sec:g} CPU seconds "
+                                              f"(or {self.timeout_sec * WALL_BACKSTOP:g} wall-clock seconds), or "
+                                              f"its process died ({res.error_msg.strip()})")
                 results[i] = res
         profile.add(profile.BUILDER, time.perf_counter() - began, len(build_inputs))
         return results
