@@ -50,7 +50,7 @@ from ..gpu.timing import timing
 from ..machine import Machine
 from ..search.processes import run_tool, which
 from .analysis import object_code
-from .work_dir import SCRATCH_MIN_FREE, free_bytes
+from .work_dir import SCRATCH_MIN_FREE, short_of_space
 from .workloads import as_machine, tvm_target
 
 #: Suffix -> what is written, for the messages.
@@ -476,11 +476,10 @@ def _staged(out: Path) -> Iterator[str]:
         raise ExportError(f"cannot write {out}: directory {out.parent} is not writable")
     # LLVM ends the process, rather than raising, when it cannot write an object file.
     for folder in (out.parent, Path(tempfile.gettempdir())):
-        free = free_bytes(folder)
-        if free is not None and free < SCRATCH_MIN_FREE:
-            raise ExportError(f"cannot write {out}: {folder} has {free >> 10:,} KiB free (is the disk full?); "
-                              f"exporting needs {SCRATCH_MIN_FREE >> 20} MiB there (TMPDIR names the temporary "
-                              "directory)")
+        short = short_of_space(folder)
+        if short:
+            raise ExportError(f"cannot write {out}: {short}; exporting needs {SCRATCH_MIN_FREE >> 20} MiB there "
+                              "(TMPDIR names the temporary directory)")
     tmp = tempfile.mkdtemp(prefix="tuna-export-")
     try:
         staged = Path(tmp) / out.name

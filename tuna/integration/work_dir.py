@@ -58,8 +58,14 @@ def free_bytes(folder: str | os.PathLike) -> int | None:
     return stat.f_bavail * stat.f_frsize
 
 
-def _size(n: int) -> str:
-    return f"{n / 2**20:.1f} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
+def short_of_space(folder: str | os.PathLike, need: int = SCRATCH_MIN_FREE) -> str | None:
+    """``"<folder> has <free> free (is the disk full?)"`` when ``folder`` has less than ``need``
+    bytes free, else None (also where the free space is unknown)."""
+    free = free_bytes(folder)
+    if free is None or free >= need:
+        return None
+    size = f"{free / 2**20:.1f} MiB" if free >= 1 << 20 else f"{free >> 10} KiB"
+    return f"{folder} has {size} free (is the disk full?)"
 
 
 def check_scratch(need: int = SCRATCH_MIN_FREE) -> None:
@@ -70,11 +76,10 @@ def check_scratch(need: int = SCRATCH_MIN_FREE) -> None:
     WorkDirError
         Naming the directory, its free space and the way out; the same command resumes.
     """
-    folder = tempfile.gettempdir()
-    free = free_bytes(folder)
-    if free is not None and free < need:
+    short = short_of_space(tempfile.gettempdir(), need)
+    if short:
         raise WorkDirError(
-            f"the temporary directory {folder} has {_size(free)} free (is the disk full?); tuna "
+            f"the temporary directory {short}; tuna "
             f"needs {need >> 20} MiB there to build candidates, and LLVM ends the process when a write fails, "
             "so the run stops here. Free some space or set TMPDIR to a directory on another disk, then run "
             "the same command again: it resumes from the records the work directory holds")
