@@ -2,6 +2,10 @@
 
 import json
 import math
+import os
+import platform
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +15,7 @@ from scipy import special
 from tuna import bench, cli
 from tuna.errors import TunaError
 from tuna.integration import load_workload, measure, networks
+from tuna.machine import presets
 
 
 def test_cross_and_gpu_targets_cannot_be_measured_here():
@@ -29,6 +34,20 @@ def test_schedules_compared_are_timed_in_turn():
     fast = load_workload("NRM:0")
     secs = measure.time_interleaved([fast, None, fast], "zen4", rounds=2, repeat=2, min_repeat_ms=5)
     assert secs[1] is None and all(math.isfinite(s) and 0 < s < 1.0 for s in (secs[0], secs[2]))
+
+
+@pytest.mark.parametrize("env", [{}, {"TVM_NUM_THREADS": "3"}, {"OMP_NUM_THREADS": "2"}, {"TVM_NUM_THREADS": "x"}])
+def test_recorded_tvm_threads_are_those_the_runtime_uses(env):
+    # Fresh processes: TVM's pool reads the environment once. Records of pools and benchmarks
+    # name this count; the zen4 preset's threads (1) is it on this machine kind's 2 vCPUs.
+    base = {k: v for k, v in os.environ.items() if k not in ("TVM_NUM_THREADS", "OMP_NUM_THREADS")}
+    code = ("import tvm; from tuna.bench.records import tvm_threads; "
+            "print(tvm.get_global_func('runtime.NumThreads')(), tvm_threads())")
+    out = subprocess.run([sys.executable, "-c", code], env={**base, **env}, capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out[0] == out[1]
+    if not env and os.cpu_count() == 2 and platform.machine() == "x86_64":
+        assert int(out[0]) == presets()["zen4"].threads == 1
 
 
 def test_bench_launch_measures_a_parallel_region(capsys):
@@ -98,9 +117,7 @@ def test_resnet18_has_the_layers_of_resnet18():
 def test_pytorch_row_is_a_note_when_torch_is_missing():
     if networks.torch_available():
         pytest.skip("PyTorch is installed here")
-    from tuna.machine import preset
-
-    row, timer = measure.whole_networks._torch_row("bert", preset("zen4"), 0)
+    row, timer = measure.whole_networks._torch_row("bert", 0)
     assert row.latency is None and timer is None and "not installed" in row.note
 
 
@@ -128,9 +145,17 @@ def test_collect_writes_a_pool_that_loads_and_ranks(tmp_path, capsys):
 def test_bench_tune_times_every_pick_and_the_pools_best_here(tmp_path, capsys):
     out = tmp_path / "tune.json"
     argv = ["bench", "tune", "NRM:0", "--trials", "4", "--per-iter", "4", "--search", "es", "--more-seeds", "1",
-            "--work-dir", str(tmp_path / "work"), "--json", str(out)]
+            "--work-dir", str(tmp_path / "work"), "--json", str(out), "--shortlists", str(tmp_path / "short")]
     assert cli.main(argv) == 0
     rows = json.loads(out.read_text())["rows"]
+    # Each tuna run's predicted candidates, timed here, as a pool that bench rank takes.
+    for r in rows[:2]:
+        pool = bench.load_pool(r["shortlist_pool"])
+        assert pool.name == f"NRM:0@{r['method']}" and pool.family == "norm" and len(pool) == r["shortlist_size"] == 4
+        assert np.all(pool.secs_a > 0) and np.all(np.isfinite(pool.secs_b)) and np.all(np.isnan(pool.tuner_secs))
+        assert 0 < r["pick_to_fastest"] <= 1 and 1 <= r["fastest_rank"] <= 4
+    assert sorted(p.name for p in (tmp_path / "short").iterdir()) == ["NRM-0-tuna-es-seed1.json.gz",
+                                                                        "NRM-0-tuna-es.json.gz"]
     methods = [r["method"] for r in rows]
     assert methods == ["tuna-es", "tuna-es@seed1", "metaschedule@tuna-es-time", "metaschedule", "pool-best"]
     assert [r.get("seed") for r in rows[:2]] == [0, 1]
@@ -138,7 +163,7 @@ def test_bench_tune_times_every_pick_and_the_pools_best_here(tmp_path, capsys):
     assert best["trials"] == 192 and 0 < best["latency"] < 1.0 and best["ratio_to_reference"] == 1.0
     assert all(0 < r["ratio"] <= 1.0 for r in rows if r["latency"])
     printed = capsys.readouterr().out
-    assert "re-timed here" in printed and "Ratio to pool best by seed:" in printed
+    assert "re-timed here" in printed and "Ratio to pool best by seed:" in printed and "pick/fastest" in printed
     for r in rows:  # every pick's scheduled TIR is kept in the work directory
         if r["latency"]:
             assert Path(r["schedule"]).parent == tmp_path / "work" / "NRM-0" / "picks"

@@ -41,6 +41,8 @@ def test_a_real_estimate_splits_into_bounds_that_add_up_to_it(target):
 def test_peaks_come_from_the_target_file():
     g = preset("graviton2")  # 64 cores x 2.5 GHz x 2 NEON FMA pipes x 4 FP32 lanes x 2
     assert explain.peak_flops(g) == pytest.approx(64 * 2.5e9 * 2 * 4 * 2)
+    # What TVM's pool can use: one thread on the zen4 preset's 2-vCPU guest (one 512-bit FMA a cycle).
+    assert explain.peak_flops(preset("zen4")) == pytest.approx(1 * 3.7e9 * 1 * 16 * 2)
     v = preset("v100")
     assert explain.peak_flops(v) == pytest.approx(v.gpu.sms * v.gpu.fp32_lanes_per_sm * v.frequency_ghz * 1e9 * 2)
     assert explain.peak_bandwidth(g) == pytest.approx(g.memory_gbps * 1e9)

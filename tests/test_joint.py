@@ -122,12 +122,13 @@ def test_a_chunk_loop_with_a_machine_loop_inside_is_not_vectorized_across_its_it
     # c63: each softmax row's max over 16 x 32 elements became 32 sixteen-lane vmaxps in the
     # chunk loop's own blocks, 32 times the lanes of the TIR's statements at that level; the
     # exp loop is a machine loop inside. LLVM vectorizes innermost loops only, so the chunk
-    # loop does one row per iteration: 256 rows per core (of 2), 512 calls to expf each.
+    # loop does one row per iteration: 256 rows per thread (of 2), 512 calls to expf each.
     kernel, preset = _kernel("sfm-1-c63-zen4")
+    preset = dataclasses.replace(preset, threads=2)  # a pool of two threads (TVM_NUM_THREADS=2)
     maps = loop_mapping.map_kernel(kernel, preset)
     first = next(fm for fm in maps if fm.code.function.startswith(disassembly.ANONYMOUS))
     assert (first.loops[0].tir_var, first.loops[0].trips, first.loops[0].source) == ("i0_fused", 256, "tir")
-    assert loop_mapping.dynamic_counts((first,), preset.isa)["call"] == 512 * 512  # both cores
+    assert loop_mapping.dynamic_counts((first,), preset.isa)["call"] == 512 * 512  # both threads
 
 
 def test_loops_versioned_behind_a_branch_share_the_iterations():
@@ -142,11 +143,12 @@ def test_loops_versioned_behind_a_branch_share_the_iterations():
 
 def test_outlined_bodies_back_to_back_are_split_at_their_unwind_entries():
     kernel, preset = _kernel("sfm-1-c143-zen4")  # two parallel loops, no symbols
+    preset = dataclasses.replace(preset, threads=2)  # a pool of two threads (TVM_NUM_THREADS=2)
     maps = loop_mapping.map_kernel(kernel, preset)
     outlined = [fm for fm in maps if fm.code.function.startswith(disassembly.ANONYMOUS)]
     assert len(outlined) == 2
     assert [fm.loops[0].tir_var for fm in outlined] == ["i0_fused", "i0_fused_2"]
-    assert all(fm.loops[0].trips == 256 for fm in outlined)  # 512 rows over 2 cores
+    assert all(fm.loops[0].trips == 256 for fm in outlined)  # 512 rows over 2 threads
 
 
 def test_trip_counts_are_read_from_the_code_and_matched_to_tir_loops():
@@ -172,13 +174,26 @@ def test_parallel_bodies_are_found_without_symbols_and_run_one_share_per_thread(
     assert outlined[0].instances == pytest.approx(224 / 4)
 
 
+def test_a_parallel_body_runs_on_the_threads_of_tvms_pool():
+    # The zen4 preset's 2-vCPU guest: TVM's pool has one thread there, as the pools were measured.
+    kernel, guest = _kernel("c2d-1-c18-zen4")
+    two = dataclasses.replace(guest, threads=2)  # as with TVM_NUM_THREADS=2
+    maps = loop_mapping.map_kernel(kernel, guest)
+    assert [fm.threads for fm in maps if fm.code.function.startswith(disassembly.ANONYMOUS)] == [1]
+    one_thread, two_threads = full_tier.estimate(kernel, guest), full_tier.estimate(kernel, two)
+    # A region of the pool is started (and paid for) whatever its size.
+    assert one_thread.features["launches"] == two_threads.features["launches"] == 1
+    assert (one_thread.features["threads_used"], two_threads.features["threads_used"]) == (1, 2)
+    assert one_thread.features["compute_cycles"] == pytest.approx(2 * two_threads.features["compute_cycles"], rel=1e-3)
+
+
 def test_full_tier_estimates_fixture_kernels_and_explains_its_terms():
     for name in ("gmm-1-c0-zen4", "gmm-1-c22-graviton2"):
         kernel, preset = _kernel(name)
         est = full_tier.estimate(kernel, preset)
         assert est.tier == "full" and est.seconds > 0
         assert est.features["fma_lanes_vs_tir"] == 1.0
-        assert est.features["compute_cycles"] >= est.features["dyn_fma"] / max(preset.cores, 1) / 2
+        assert est.features["compute_cycles"] >= est.features["dyn_fma"] / preset.threads / 2
 
 
 def test_gathers_make_a_schedule_slower_as_measured():
@@ -247,7 +262,7 @@ def test_full_tier_needs_machine_code():
         full_tier.estimate(dataclasses.replace(kernel, code=()), preset)
 
 
-def test_object_code_estimate_divides_outlined_parallel_bodies_over_the_cores():
+def test_object_code_estimate_divides_outlined_parallel_bodies_over_the_threads():
     obj = (FIXTURES / "c2d-1-c5-graviton2.o").read_bytes()
     preset = machine.preset("graviton2")
     funcs = disassembly.kernel_code([obj])
@@ -255,7 +270,7 @@ def test_object_code_estimate_divides_outlined_parallel_bodies_over_the_cores():
     outlined = sum(objcode.code_cycles(f, preset, Counter()) for f in funcs if f.function.startswith("anon@"))
     assert outlined > serial > 0
     est = objcode.estimate_objects([obj], preset)
-    assert est.features["cycles"] == pytest.approx(serial + outlined / preset.cores)
+    assert est.features["cycles"] == pytest.approx(serial + outlined / preset.threads)
 
 
 def _executed(maps, klass, isa):
@@ -275,6 +290,7 @@ def _tir_ops(kernel, kind):
 
 def test_an_unrolled_loop_with_run_time_trips_takes_the_tir_count_over_its_copies():
     kernel, preset = _kernel("sfm-1-c0-zen4")
+    preset = dataclasses.replace(preset, threads=2)  # a pool of two threads (TVM_NUM_THREADS=2)
     maps = loop_mapping.map_kernel(kernel, preset)
     # The normalisation: 4096 x 64 lanes in parallel; each thread's 2048 iterations run as 256
     # passes of a loop LLVM unrolled 8 times, and its remainder loop runs no iteration.

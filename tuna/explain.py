@@ -136,16 +136,17 @@ def breakdown(estimate: Estimate, machine: Machine) -> Breakdown:
 
 
 def peak_flops(machine: Machine) -> float:
-    """The machine's peak single-precision rate, FLOP/s, from its data file.
+    """The peak single-precision rate a kernel can reach there, FLOP/s, from its data file.
 
-    CPU: cores × clock × full-width FMA instructions a cycle × FP32 lanes × 2; GPU: SMs ×
+    CPU: the threads of TVM's pool (a core each) × clock × full-width FMA instructions a cycle
+    × FP32 lanes × 2; GPU: SMs ×
     FP32 lanes per SM × clock × 2 (one fused multiply-add is two operations).
     """
     clock = machine.frequency_ghz * 1e9
     if machine.gpu is not None:
         return machine.gpu.sms * machine.gpu.fp32_lanes_per_sm * clock * 2
     fma = float(machine.throughput.get("fma", 1.0))
-    return machine.cores * clock * fma * machine.lanes(4) * 2
+    return machine.threads * clock * fma * machine.lanes(4) * 2
 
 
 def peak_bandwidth(machine: Machine) -> float:

@@ -123,6 +123,13 @@ class Machine:
         Full-width instructions per cycle per core, by class (CPU).
     latency : Mapping
         Cycles by instruction class.
+    threads : int
+        Threads TVM's runtime runs a parallel loop on (CPU): the size of its thread pool.
+        Unless ``TVM_NUM_THREADS`` says otherwise, TVM sizes the pool as the logical CPUs it
+        sees, halved on x86 (it assumes two hardware threads a core): a server's physical
+        cores, but one thread on a 2-vCPU guest that shows no SMT (the zen4 preset's
+        machine). A target whose ``num-cores`` differs from the preset's describes another
+        machine of the kind, run with a thread a core. Defaults to ``cores``.
     parallel_region_us : float or None
         Measured cost of one parallel region in TVM's thread pool (CPU), microseconds;
         ``tuna bench launch`` measures it. None where nobody measured it.
@@ -156,6 +163,7 @@ class Machine:
     target: Mapping[str, Any]
     frequency_ghz: float
     cores: int = 1
+    threads: int = 0
     vector_bits: int = 0
     vector_registers: int = 0
     issue_width: int = 1
@@ -174,6 +182,10 @@ class Machine:
     generic: bool = False
     vector_widths: tuple[VectorWidth, ...] = ()
     tvm_tags: Mapping[str, Mapping[str, Any]] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        if self.threads <= 0:
+            object.__setattr__(self, "threads", self.cores)
 
     def width_cost(self, lanes: int, dtype_bytes: int) -> float:
         """Pipe time of one instruction on ``lanes`` elements, in full-width instructions:
@@ -251,6 +263,7 @@ def _parse(name: str, data: dict[str, Any]) -> Machine:
             target=_freeze_target(data["target"]),
             frequency_ghz=float(data["frequency_ghz"]),
             cores=int(data.get("cores", 1)),
+            threads=int(data.get("threads", data.get("cores", 1))),
             vector_bits=int(data.get("vector_bits", 0)),
             vector_registers=int(data.get("vector_registers", 0)),
             issue_width=int(data.get("issue_width", 1)),
@@ -409,7 +422,8 @@ def resolve(target: Any, machine: str | Machine | None = None) -> Machine:
     -------
     Machine
         The preset, its ``target`` merged with what the caller gave (the caller wins), and
-        ``cores`` taken from the target's ``num-cores`` when given. A CPU target naming no
+        ``cores`` taken from the target's ``num-cores`` when given (``threads`` too, where
+        that differs from the preset's). A CPU target naming no
         ``mcpu`` gets the ISA's generic preset (said once per process in a logged warning),
         its vector width the one LLVM uses with the target's ``mattr``.
 
@@ -454,7 +468,8 @@ def resolve(target: Any, machine: str | Machine | None = None) -> Machine:
     cores = _num_cores(merged.get("num-cores", base.cores)) if base.kind == "cpu" else base.cores
     if base.kind == "cpu":
         merged["num-cores"] = cores
-    resolved = _with_features(replace(base, target=_freeze_target(merged), cores=cores))
+    threads = base.threads if cores == base.cores else cores
+    resolved = _with_features(replace(base, target=_freeze_target(merged), cores=cores, threads=threads))
     if chosen and resolved.generic:
         _warn_once(
             ("generic", resolved.name, str(resolved.vector_bits)),

@@ -8,10 +8,11 @@ from __future__ import annotations
 import datetime
 import os
 import platform
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..machine import Machine
+from ..machine import Machine, presets
 
 
 def machine_info() -> dict[str, Any]:
@@ -32,11 +33,29 @@ def machine_info() -> dict[str, Any]:
         info["cpu_model"] = fields.get("Model", "").strip()
         info["stepping"] = fields.get("Stepping", "").strip()
     info["microcode"] = _microcode()
+    info["tvm_threads"] = tvm_threads()
     try:
         info["tvm"] = metadata.version("apache-tvm")
     except metadata.PackageNotFoundError:
         info["tvm"] = "?"
     return info
+
+
+def tvm_threads() -> int:
+    """Threads TVM's runtime gives a parallel loop in this process's environment.
+
+    TVM's rule (``MaxConcurrency`` in tvm/src/runtime/threading_backend.cc): ``TVM_NUM_THREADS``,
+    else ``OMP_NUM_THREADS``, else the machine's logical CPUs, halved on x86 (TVM assumes two
+    hardware threads a core), at least 1; its pool then uses no more threads than there are
+    logical CPUs. tests/test_bench_measure.py checks it against the runtime's own count.
+    """
+    cpus = os.cpu_count() or 1
+    for name in ("TVM_NUM_THREADS", "OMP_NUM_THREADS"):
+        value = os.environ.get(name)
+        if value is not None:  # read with atoi: its leading digits, 0 (so 1) if none
+            digits = re.match(r"\s*[+-]?\d+", value)
+            return min(max(int(digits.group()) if digits else 0, 1), cpus)
+    return max(cpus // 2 if platform.machine().lower() in ("x86_64", "amd64") else cpus, 1)
 
 
 def _microcode() -> str:
@@ -88,9 +107,13 @@ def preset_of(info: Mapping[str, Any]) -> str | None:
 
 def machine_key(info: Mapping[str, Any]) -> str:
     """A name for the machine a pool was measured on, to keep two machines' timings apart:
-    its preset where one fits, else the device or CPU as recorded, ``"unrecorded"`` if none."""
+    its preset where one fits (with the threads TVM ran where they are not the preset's), else
+    the device or CPU as recorded, ``"unrecorded"`` if none."""
     preset = preset_of(info)
     if preset:
+        threads = info.get("tvm_threads")
+        if threads is not None and int(threads) != presets()[preset].threads:
+            return f"{preset} ({threads} TVM threads)"
         return preset
     if info.get("device"):
         return str(info["device"])

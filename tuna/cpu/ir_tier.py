@@ -12,10 +12,10 @@ power of two, kept in registers over a rolled loop, are carried lane by lane (LL
 such loop-carried vectors: :data:`SCALARIZED_LANE_INSTRUCTIONS`). Reductions are bounded by
 the FMA latency over the updates independent of each accumulator (those inside the
 innermost reduction loop, and instances of that loop the reorder buffer overlaps). Each
-top-level loop nest's core cycles are those
-of its busiest resource (FP pipes, load/store ports, front end, FMA chains), divided over
-the cores its outermost parallel loop can occupy; cache fills (integer-set data movement),
-DRAM traffic, calls of the C math library (one per lane of every exp, log, ...) and the
+top-level loop nest's core cycles are those of its busiest resource (FP pipes, load/store
+ports, front end, FMA chains), divided over the threads of TVM's pool its outermost parallel
+loop can occupy (``machine.threads``); cache fills (integer-set data movement), DRAM
+traffic, calls of the C math library (one per lane of every exp, log, ...) and the
 instructions around them are separate terms of the linear model in :mod:`tuna.linear`; the
 latter counts what shares the calls' straight-line code, and the values that outlive the
 registers the calling convention preserves, reloaded after every call.
@@ -375,9 +375,10 @@ def _fp_cycles(counts: Counter, machine: Machine) -> float:
 
 
 def _threads(node: Loop | Statement, machine: Machine) -> tuple[int, int, float]:
-    """The nest's parallel width, the cores it occupies, and the imbalance of its last round."""
+    """The nest's parallel width, the threads it occupies (TVM's thread pool), and the
+    imbalance of its last round."""
     width = parallel_width(node)
-    active = min(width, machine.cores)
+    active = min(width, machine.threads)
     return width, active, math.ceil(width / active) * active / width
 
 

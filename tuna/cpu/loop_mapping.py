@@ -415,7 +415,8 @@ def map_kernel(kernel: KernelIR, machine: Machine) -> tuple[FunctionMap, ...]:
     """Block execution counts of every kernel function of ``kernel.code``.
 
     The first named function is the kernel body; outlined (anonymous) functions are the
-    parallel loops in program order, each run on ``min(extent, machine.cores)`` threads.
+    parallel loops in program order, each run on ``min(extent, machine.threads)`` threads (TVM's
+    thread pool).
     """
     funcs = kernel_functions(kernel.code)
     named = [f for f in funcs if not f.function.startswith(ANONYMOUS)]
@@ -430,13 +431,13 @@ def map_kernel(kernel: KernelIR, machine: Machine) -> tuple[FunctionMap, ...]:
     for pos, func in enumerate(outlined):
         if pos < len(parallel):
             par = parallel[pos]
-            threads = min(par.extent, machine.cores)
+            threads = min(par.extent, machine.threads)
             scope = [lp for lp, _ in rolled if lp.var in _subtree_vars(par)]
             if par not in scope:
                 scope.insert(0, par)
             maps.append(_map_function(func, scope, par, threads, machine.lanes))
         else:
-            maps.append(_map_function(func, [], None, machine.cores, machine.lanes))
+            maps.append(_map_function(func, [], None, machine.threads, machine.lanes))
     return tuple(maps)
 
 

@@ -57,8 +57,9 @@ def estimate_objects(objects: list[bytes], machine: Machine) -> Estimate:
     cycles = 0.0
     for code in funcs:
         c = code_cycles(code, machine, feats)
-        # TVM outlines parallel loop bodies into functions (without symbols) run on every core at once.
-        cycles += c / machine.cores if code.function.startswith(ANONYMOUS) else c
+        # TVM outlines parallel loop bodies into functions (without symbols) run on every thread
+        # of its pool at once.
+        cycles += c / machine.threads if code.function.startswith(ANONYMOUS) else c
         feats["functions"] += 1
     feats["cycles"] = cycles
     return Estimate(cycles / (machine.frequency_ghz * 1e9), "objcode", MappingProxyType(dict(feats)))

@@ -20,7 +20,6 @@ from tvm import relax
 from tvm.s_tir import meta_schedule as ms
 
 from ...errors import TunaError
-from ...machine import Machine
 from .. import networks
 from ..network_tuning import tune_network
 from ..workloads import tvm_target
@@ -91,7 +90,8 @@ def network_bench(
     the gradient task scheduler, at most ``trials_per_task`` candidates each);
     ``metaschedule``: the same tasks tuned with XGBModel and real measurement, the same
     trials; ``pytorch``: the same graph and weights in PyTorch eager
-    mode with as many threads as the target's cores (a row with a note when PyTorch is not
+    mode on as many threads as TVM's runtime runs here (``runtime.NumThreads``: one on a 2-vCPU
+    x86 guest unless ``TVM_NUM_THREADS`` says more; a row with a note when PyTorch is not
     installed). Latency: ``VirtualMachine.time_evaluator``, median of ``repeat``; all ways
     are timed at the end, in turn, :data:`ROUNDS` rounds (the median of the rounds). tuna's ES
     scores ``5 * population_size`` candidates per round (as :func:`tuna.tune`); MetaSchedule
@@ -156,7 +156,7 @@ def network_bench(
             rows.append(NetworkRow(name, method, tune_seconds, None, len(done), extra={"tasks": n}))
             timers.append(_vm_timer(ex, name, dev))
         else:
-            row, timer = _torch_row(name, mach, seed)
+            row, timer = _torch_row(name, seed)
             rows.append(row)
             timers.append(timer)
     # Timed together at the end, in turn, so that a change in the machine's load (it is shared)
@@ -174,13 +174,15 @@ def network_bench(
     return rows
 
 
-def _torch_row(name: str, mach: Machine, seed: int) -> tuple[NetworkRow, Callable[[int], float] | None]:
+def _torch_row(name: str, seed: int) -> tuple[NetworkRow, Callable[[int], float] | None]:
     """The PyTorch eager row and its timer (None when PyTorch is not installed)."""
     if not networks.torch_available():
         return NetworkRow(name, "pytorch", None, None, note="skipped: PyTorch is not installed"), None
     import torch
 
-    threads = max(int(mach.target.get("num-cores", mach.cores)), 1)
+    # The threads TVM's runtime gives the tuned networks here: the same for PyTorch, or the
+    # comparison measures thread counts, not kernels.
+    threads = int(tvm.get_global_func("runtime.NumThreads")())
     run = networks.torch_callable(name, seed)
     inp = networks.example_input(name)
 
