@@ -61,6 +61,22 @@ def test_seed_summary_shows_each_seed_and_the_worst_pick():
     assert "| GMM:1 | tuna-es@seed1 |" in report and "Ratio to pool best by seed:" in report
 
 
+def test_a_shortlist_says_whether_the_search_or_the_model_lost_the_fastest_schedule():
+    # Predicted order: c, a, b, d; measured: b fastest (its rank 3), the pick c at 2x b; d failed to run.
+    cands = [{"predicted_secs": p, "secs_a": a} for p, a in ((2e-5, 3e-5), (3e-5, 1e-5), (1e-5, 2e-5), (4e-5, None))]
+    got = bench.shortlist_summary(cands)
+    assert got == {"shortlist_size": 3, "shortlist_fastest": 1e-5, "pick_to_fastest": 0.5, "fastest_rank": 3,
+                   "shortlist_tau": pytest.approx(-1 / 3), "shortlist_top10": pytest.approx(1.0)}
+    assert bench.shortlist_summary([{"predicted_secs": 1e-5, "secs_a": None}]) == {"shortlist_size": 0}
+    rows = [{"workload": "GMM:1", "method": "tuna-es", "reference": 0.8e-5, **got},
+            {"workload": "GMM:1", "method": "pool-best", "reference": 0.8e-5}]
+    lines = bench.shortlist_table(rows).splitlines()
+    assert len(lines) == 4  # header, rule, one run (pool-best has no shortlist), the means
+    assert lines[2].split() == ["GMM:1", "tuna-es", "3", "10", "us", "0.500", "3", "0.800", "-0.333", "1.000"]
+    assert lines[3] == ("1 runs: pick/fastest geometric mean 0.500 (0 within 5%); "
+                        "fastest/pool best geometric mean 0.800 (0 within 5%)")
+
+
 def test_report_from_saved_json_writes_markdown_and_figures(tmp_path, capsys):
     paths = {}
     for key, data in (("rank", _rank()), ("tune", _tune()), ("network", _network())):

@@ -26,6 +26,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -150,8 +151,10 @@ def _tune_network(args: argparse.Namespace, targets: list[str], work_root: Path)
 def _targets(args: argparse.Namespace) -> int:
     rows = [("preset", "kind", "isa", "cores/SMs", "GHz", "TVM target", "title")]
     for m in machines.presets().values():
-        size = m.gpu.sms if m.gpu else m.cores
-        rows.append((m.name, m.kind, m.isa, str(size), f"{m.frequency_ghz:g}", m.target_json(), m.title))
+        size = str(m.gpu.sms if m.gpu else m.cores)
+        if m.threads != m.cores and not m.gpu:  # TVM's pool is smaller than the machine (see README, Targets)
+            size += f" (TVM: {m.threads} thread{'s' * (m.threads > 1)})"
+        rows.append((m.name, m.kind, m.isa, size, f"{m.frequency_ghz:g}", m.target_json(), m.title))
     if args.json:
         print(json.dumps([dict(zip(rows[0], r)) for r in rows[1:]], indent=2))
         return 0
@@ -514,12 +517,13 @@ def _bench_collect(args: argparse.Namespace) -> int:
 
 
 def _bench_launch(args: argparse.Namespace) -> int:
+    from .bench.records import tvm_threads
     from .integration import measure
 
     _quiet_tvm()
     mach = measure.check_runnable(_here(args.target), args.machine)
-    _stderr(f"== tuna bench launch: kernels with 1, 2, 4, 8 parallel loops on {mach.cores} threads, "
-            f"timed in turn, {args.rounds} rounds")
+    _stderr(f"== tuna bench launch: kernels with 1, 2, 4, 8 parallel loops of {mach.cores} iterations, on TVM's "
+            f"pool of {tvm_threads()} thread(s) here (TVM_NUM_THREADS sets it), timed in turn, {args.rounds} rounds")
     per_region, times = measure.parallel_region_seconds(mach, rounds=args.rounds)
     print("  parallel loops  " + "  ".join(f"{n:>8}" for n in (1, 2, 4, 8)))
     print("  us per run      " + "  ".join(f"{t * 1e6:8.2f}" for t in times))
@@ -549,6 +553,14 @@ def _bench_tune(args: argparse.Namespace) -> int:
     except ValueError:
         raise TunaError(f"--more-seeds takes comma-separated integers, not {args.more_seeds!r}") from None
     more_seeds = tuple(s for s in more_seeds if s != args.seed)
+    shortlists = Path(args.shortlists) if args.shortlists else None
+    if shortlists is not None:
+        try:
+            shortlists.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise TunaError(f"cannot create --shortlists {shortlists}: {err.strerror or err}") from None
+        if not os.access(shortlists, os.W_OK):
+            raise TunaError(f"cannot write in --shortlists {shortlists}: permission denied")
     start = time.perf_counter()
     rows, pool_best = [], {}
     for w in args.workloads:
@@ -559,7 +571,14 @@ def _bench_tune(args: argparse.Namespace) -> int:
             _stderr(f"   no measured pool of {w} {'in ' + args.pools if args.pools else 'shipped'}: no pool-best row")
         for row in measure.compare_tuning(w, mach, work, args.trials,
                                           searches=searches, num_trials_per_iter=args.per_iter, seed=args.seed,
-                                          more_seeds=more_seeds, progress=_stderr, reference=reference):
+                                          more_seeds=more_seeds, progress=_stderr, reference=reference,
+                                          shortlists=shortlists is not None):
+            pool = row.pop("shortlist", None)
+            if pool is not None:  # a pool of its own, for tuna bench rank; the row keeps what it says
+                pool["machine"] = bench.machine_info()
+                path = shortlists / f"{re.sub(r'[^A-Za-z0-9_.-]+', '-', pool['workload'])}.json.gz"
+                bench.write_pool(path, pool)
+                row.update(bench.shortlist_summary(pool["candidates"]), shortlist_pool=str(path))
             if row.get("schedule") is not None:  # each pick's scheduled TIR, to study it later
                 path = work / "picks" / f"{row['method']}.py"
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -574,6 +593,10 @@ def _bench_tune(args: argparse.Namespace) -> int:
     print(bench.TUNE_CAPTION)
     if more_seeds:
         print(bench.seed_summary(rows))
+    if shortlists is not None:
+        print(bench.shortlist_table(rows))
+        print(bench.SHORTLIST_CAPTION)
+        print(f"the shortlists as pools (tuna bench rank {shortlists}): {shortlists}")
     data = {"rows": rows, "meta": _meta(args, mach, time.perf_counter() - start, trials=args.trials,
                                          search=args.search, seeds=[args.seed, *more_seeds])}
     if args.json:
@@ -876,6 +899,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where the tuning databases and the picks' scheduled TIR (picks/) go")
     p.add_argument("--pools", help="folder of measured pools (tuna bench collect) whose best candidate of each "
                                    "workload is re-timed as the reference (default: the pools tuna ships)")
+    p.add_argument("--shortlists", metavar="DIR",
+                   help="also time every candidate each tuna run predicted, write each run's as a pool here "
+                        "(for tuna bench rank) and say whether a poor pick was the search's or the model's")
     p.add_argument("--json", help="also write the rows as JSON here")
     p.set_defaults(func=_bench_tune)
 

@@ -46,6 +46,7 @@ from .ranking import predictions, rank_figure_title, rank_notes, rank_pools, tun
 from .records import join_runs, machine_info, machine_key, meta, now, preset_of
 from .report import (
     HYBRID_CAPTION,
+    SHORTLIST_CAPTION,
     TUNE_CAPTION,
     benchmarks_markdown,
     family_table,
@@ -55,6 +56,8 @@ from .report import (
     rank_markdown,
     rank_table,
     seed_summary,
+    shortlist_summary,
+    shortlist_table,
     tune_table,
     with_ratios,
 )
@@ -63,6 +66,7 @@ __all__ = [
     "FAMILIES",
     "HYBRID_CAPTION",
     "METRICS",
+    "SHORTLIST_CAPTION",
     "TRAIN_SIZE",
     "TUNE_CAPTION",
     "Pool",
@@ -111,6 +115,8 @@ __all__ = [
     "seed_summary",
     "shipped_pool",
     "shipped_pools",
+    "shortlist_summary",
+    "shortlist_table",
     "split",
     "subsample",
     "top_k_ratio",

@@ -14,8 +14,10 @@ import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from .evaluation import Result, family_means, means
-from .metrics import METRICS
+from .metrics import METRICS, kendall_tau, top_k_ratio
 
 
 def _fmt_secs(secs: float) -> str:
@@ -259,6 +261,76 @@ def tune_table(rows: list[Mapping[str, Any]], markdown: bool = False) -> str:
     body = _cells(rows, _TUNE_COLUMNS)
     header = [c[0] for c in _TUNE_COLUMNS]
     return _markdown(header, body) if markdown else _fixed(header, body)
+
+
+def shortlist_summary(candidates: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """What the timed shortlist of one tuna run says of its pick (``tuna bench tune --shortlists``).
+
+    ``candidates``: the run's predicted candidates, each with ``predicted_secs`` and its
+    timing ``secs_a`` (None where it failed to run). The pick is the candidate predicted
+    fastest. Returns ``shortlist_size`` (candidates timed), ``shortlist_fastest`` (seconds),
+    ``pick_to_fastest`` (the shortlist's fastest over the pick's timing: 1 when the model
+    picked the fastest schedule the search offered), ``fastest_rank`` (the fastest one's place
+    in the model's order, 1 first), and ``shortlist_tau`` and ``shortlist_top10`` (the
+    model's ranking of the shortlist, as ``tuna bench rank`` scores pools).
+    """
+    timed = [c for c in candidates if c.get("secs_a") and c.get("predicted_secs")]
+    if not timed:
+        return {"shortlist_size": 0}
+    lat = np.array([c["secs_a"] for c in timed], dtype=float)
+    score = -np.log([c["predicted_secs"] for c in timed])
+    order = np.argsort(-score, kind="stable")
+    fastest = int(lat.argmin())
+    return {
+        "shortlist_size": len(timed),
+        "shortlist_fastest": float(lat[fastest]),
+        "pick_to_fastest": float(lat[fastest] / lat[order[0]]),
+        "fastest_rank": int(np.flatnonzero(order == fastest)[0]) + 1,
+        "shortlist_tau": kendall_tau(lat, score) if len(timed) > 1 else None,
+        "shortlist_top10": top_k_ratio(lat, score, min(10, len(timed))),
+    }
+
+
+#: What the columns of :func:`shortlist_table` mean.
+SHORTLIST_CAPTION = (
+    "Shortlist: every candidate a tuna run predicted (what its search handed over), timed here after the run. "
+    "fastest: the shortlist's fastest schedule; pick/fastest: its latency over the pick's (1: the model picked the "
+    "fastest schedule the search found); its rank: the fastest one's place in the model's order; fastest/pool best: "
+    "the pool's best (re-timed with the picks) over the shortlist's fastest (below 1: the search never offered a "
+    "schedule as fast); tau, top-10: the model's ranking of the shortlist."
+)
+
+_SHORTLIST_COLUMNS: tuple = (
+    ("workload", "workload", str),
+    ("method", "method", str),
+    ("shortlist", "shortlist_size", str),
+    ("fastest", "shortlist_fastest", _fmt_opt_secs),
+    ("pick/fastest", "pick_to_fastest", _fmt_ratio),
+    ("its rank", "fastest_rank", str),
+    ("fastest/pool best", "search_to_reference", _fmt_ratio),
+    ("tau", "shortlist_tau", _fmt_ratio),
+    ("top-10", "shortlist_top10", _fmt_ratio),
+)
+
+
+def shortlist_table(rows: list[Mapping[str, Any]], markdown: bool = False) -> str:
+    """The tuna rows of ``tuna bench tune --shortlists`` (after :func:`with_ratios`) as a table,
+    with a last line of geometric means over the runs."""
+    rows = [{**r, "search_to_reference": (r["reference"] / r["shortlist_fastest"]
+                                          if r.get("reference") and r.get("shortlist_fastest") else None)}
+            for r in rows if r.get("shortlist_size")]
+    body = _cells(rows, _SHORTLIST_COLUMNS)
+    header = [c[0] for c in _SHORTLIST_COLUMNS]
+    table = _markdown(header, body) if markdown else _fixed(header, body)
+    picked = [r["pick_to_fastest"] for r in rows]
+    found = [r["search_to_reference"] for r in rows if r["search_to_reference"]]
+    if picked:
+        table += (f"\n{len(picked)} runs: pick/fastest geometric mean {statistics.geometric_mean(picked):.3f} "
+                  f"({sum(p >= 0.952 for p in picked)} within 5%)")
+    if found:
+        table += (f"; fastest/pool best geometric mean {statistics.geometric_mean(found):.3f} "
+                  f"({sum(f >= 0.952 for f in found)} within 5%)")
+    return table
 
 
 def _seeds(rows: Iterable[Mapping[str, Any]]) -> int:

@@ -195,26 +195,8 @@ def collect_pool(
         raise MeasureError(f"{workload}: MetaSchedule measured none of its {len(run.candidates)} candidates; "
                            f"the first error: {first}")
     report(progress, f"tuned in {run.tune_seconds:.1f} s; re-timing {len(ok)} measured candidates twice")
-    timers: list[Timer | None] = []
-    for i, cand in enumerate(run.candidates):
-        try:
-            timers.append(compile_timer(apply_trace(mod, cand.trace).mod, mach, seed=seed or 0)
-                          if cand.tuner_secs else None)
-        except TunaError as err:
-            logger.warning("tuna: candidate %d of %s does not rebuild: %s", i, workload, err)
-            timers.append(None)
-    secs: dict[str, list[float | None]] = {}
-    for label in ("secs_a", "secs_b"):
-        values: list[float | None] = []
-        for i, timer in enumerate(timers):
-            try:
-                values.append(timer() if timer is not None else None)
-            except Exception as err:  # a kernel that fails to run is a failed candidate
-                logger.warning("tuna: candidate %d of %s failed to run: %s", i, workload, err)
-                values.append(None)
-            if (i + 1) % 16 == 0 or i + 1 == len(timers):
-                report(progress, f"  {label}: {i + 1}/{len(timers)} timed")
-        secs[label] = values
+    secs = retime(mod, [c.trace if c.tuner_secs else None for c in run.candidates], mach, seed=seed or 0,
+                  progress=progress, what=str(workload))
     label: str | list[Any] = str(workload) if is_task else [name.upper(), int(index or 0)]
     return {
         "workload": label,
@@ -228,6 +210,74 @@ def collect_pool(
             for c, a, b in zip(run.candidates, secs["secs_a"], secs["secs_b"])
         ],
     }
+
+
+def shortlist_pool(
+    workload: str, mod: tvm.IRModule, database: Any, mach: Any, *, method: str = "tuna", seed: int = 0,
+    progress: Progress = None,
+) -> dict[str, Any]:
+    """The candidates a tuna run predicted (its database: what the search handed to the
+    runner) as a pool, each timed here twice as the pools are (:func:`retime`).
+
+    The pool's workload is named ``<workload>@<method>`` and each candidate keeps tuna's
+    ``predicted_secs`` beside the timings (no ``tuner_secs``: nothing was measured while
+    tuning). Candidates the runner could not predict are left out. The caller adds the
+    record of the machine it ran on.
+    """
+    from ...bench.families import family_of
+
+    traces, predicted = [], []
+    for rec in database.get_all_tuning_records():
+        secs = [float(s) for s in (rec.run_secs or [])]
+        if secs and all(math.isfinite(s) for s in secs):
+            traces.append(plain_json(rec.trace.as_json()))
+            predicted.append(float(np.mean(secs)))
+    what = f"{workload} {method}"
+    report(progress, f"{what}: timing the {len(traces)} candidates it predicted, twice")
+    timed = retime(mod, traces, mach, seed=seed, progress=progress, what=what)
+    name = str(workload)
+    is_task = network_task(name) is not None
+    return {
+        "workload": f"{name}@{method}",
+        "family": family_of(name if is_task else name.partition(":")[0].upper(), mod.script()),
+        "target": plain_json(dict(mach.target)),
+        "trials": len(traces),
+        "mod": mod.script(),
+        "source": f"tuna bench tune --shortlists: the candidates tuna's {method} run predicted",
+        "candidates": [{"trace": t, "predicted_secs": p, "tuner_secs": None, "secs_a": a, "secs_b": b}
+                       for t, p, a, b in zip(traces, predicted, timed["secs_a"], timed["secs_b"])],
+    }
+
+
+def retime(
+    mod: tvm.IRModule, traces: list[Any], mach: Any, *, seed: int = 0, progress: Progress = None, what: str = ""
+) -> dict[str, list[float | None]]:
+    """Time each trace's schedule of ``mod`` here twice, as the pools are timed.
+
+    Two separate passes over all candidates (``secs_a``, then ``secs_b``), each timing the
+    median of :data:`REPEAT` repeats of at least :data:`MIN_REPEAT_MS` ms. A None trace, a
+    schedule that does not rebuild and a kernel that fails to run get None (logged).
+    """
+    timers: list[Timer | None] = []
+    for i, trace in enumerate(traces):
+        try:
+            timers.append(None if trace is None else compile_timer(apply_trace(mod, trace).mod, mach, seed=seed))
+        except TunaError as err:
+            logger.warning("tuna: candidate %d of %s does not rebuild: %s", i, what, err)
+            timers.append(None)
+    secs: dict[str, list[float | None]] = {}
+    for label in ("secs_a", "secs_b"):
+        values: list[float | None] = []
+        for i, timer in enumerate(timers):
+            try:
+                values.append(timer() if timer is not None else None)
+            except Exception as err:  # a kernel that fails to run is a failed candidate
+                logger.warning("tuna: candidate %d of %s failed to run: %s", i, what, err)
+                values.append(None)
+            if (i + 1) % 16 == 0 or i + 1 == len(timers):
+                report(progress, f"  {label}: {i + 1}/{len(timers)} timed")
+        secs[label] = values
+    return secs
 
 
 # ---------------------------------------------------------------------------------------
@@ -248,6 +298,7 @@ def compare_tuning(
     more_seeds: tuple[int, ...] = (),
     progress: Progress = None,
     reference: Any = None,
+    shortlists: bool = False,
 ) -> list[dict[str, Any]]:
     """Tune ``workload`` offline with tuna (once per search) and with measurement; time each pick here.
 
@@ -263,6 +314,11 @@ def compare_tuning(
     of the workload, :class:`tuna.bench.Pool`), a last row ``pool-best``: the pool's fastest
     candidate re-timed here, with the pool's tuning time and trials. All picks are timed at
     the end, in turn (:func:`time_interleaved`), so that they are compared under one load.
+
+    With ``shortlists``, each tuna row also gets ``shortlist``: a pool (:func:`shortlist_pool`)
+    of every candidate that run predicted, timed here right after the run. It tells a poor
+    pick's two causes apart: the search never offered a fast schedule, or the model ranked
+    it below the pick.
 
     Raises
     ------
@@ -290,6 +346,9 @@ def compare_tuning(
                 "predicted": result.predicted_seconds,
             })
             picks.append(result.schedule.mod)
+            if shortlists:
+                rows[-1]["shortlist"] = shortlist_pool(workload, mod, result.database, mach, method=method,
+                                                       seed=run_seed, progress=progress)
             if run_seed == seed:
                 budgets.append((f"metaschedule@tuna-{search}-time", seconds))
     report(progress, f"{workload}: MetaSchedule with measurement, {trials} trials")
