@@ -111,7 +111,7 @@ IR_UNFITTED = "physical default, not fitted: see linear.held"
 IR_UNFITTED_GPU = "physical default, not fitted, as on CPUs: see linear.held"
 #: The terms the full tier's fit prices on CPUs (:func:`fit_ranking`); the others keep
 #: their physical default (:data:`FULL_UNFITTED`) or a measured value (:func:`held`).
-FULL_FITTED = ("compute_cycles", "l1_fill_cycles", "calls", "load_ops", "store_ops")
+FULL_FITTED = ("compute_cycles", "l1_fill_cycles", "l3_fill_cycles", "dram_cycles", "calls", "load_ops", "store_ops")
 #: Cycles per instruction of the code around library calls on CPUs (see :func:`held`).
 CALL_BLOCK_OPS = 2.10235
 #: Why the full tier's other terms are held.
@@ -172,6 +172,23 @@ def held(machine: Machine, tier: str, full: Mapping[str, float] | None = None) -
     read: predicted 7% faster than the pool's best, it ran 9-19% slower (three timings).
     Ad-hoc variants of it with more, smaller parallel chunks ran 0.95-1.05x the pool's best;
     with the term held at 1 they are predicted 0.93-1.01x, and the pick 1.14x.
+
+    The full tier's ``l3_fill_cycles`` and ``dram_cycles`` are fitted (:data:`FULL_FITTED`):
+    held at face value (1) they priced traffic from L3 and memory as if nothing overlapped
+    it, while the hardware's prefetchers stream it beside the computation. Fitted on the
+    development pools they come out about 0.3 (0.7 on all 26 shipped pools), and rank
+    better, on the families left out of each fit and on what ES hands the full tier
+    (2026-11-25, Zen 4, one thread: 21 shipped
+    pools of 7 families, dense and pool set aside, each family ranked whole by a fit on the
+    others: mean top-1 0.910 -> 0.937, top-5 0.913 -> 0.923, top-10 0.909 -> 0.915, tau
+    0.787 -> 0.785; the 18 ES shortlists of the six Ansor workloads timed by ``tuna bench
+    tune --shortlists`` (seeds 0-2), ranked by the same fits: top-1 0.928 -> 0.933, tau
+    0.610 -> 0.617). Fitting ``l2_fill_cycles`` as well moved top-1 and tau by 0.001 at most.
+    ``tuna bench rank`` (test splits, all 26 pools, each family fitted on the others, the
+    set-aside families among them) hardly moved: mean over families top-1 0.909 -> 0.906,
+    top-5 0.874 -> 0.878, top-10 0.899 -> 0.900, tau 0.736 -> 0.735; on the six held-out
+    pools of docs/bench/heldout-pools, fitted without their families, top-1 0.751 -> 0.802,
+    top-5 0.812 -> 0.853, top-10 0.875 -> 0.869, tau 0.731 -> 0.728.
     """
     return {term: h.value for term, h in held_terms(machine, tier, full).items()}
 
