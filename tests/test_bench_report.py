@@ -75,6 +75,9 @@ def test_a_shortlist_says_whether_the_search_or_the_model_lost_the_fastest_sched
     assert lines[2].split() == ["GMM:1", "tuna-es", "3", "10", "us", "0.500", "3", "0.800", "-0.333", "1.000"]
     assert lines[3] == ("1 runs: pick/fastest geometric mean 0.500 (0 within 5%); "
                         "fastest/pool best geometric mean 0.800 (0 within 5%)")
+    page = bench.benchmarks_markdown(None, {"rows": rows, "meta": META}, None)
+    assert "| GMM:1 | tuna-es | 3 | 10 us | 0.500 | 3 | 0.800 | -0.333 | 1.000 |" in page
+    assert "Shortlist" not in bench.benchmarks_markdown(None, _tune(), None)  # runs without --shortlists
 
 
 def test_report_from_saved_json_writes_markdown_and_figures(tmp_path, capsys):
@@ -185,3 +188,24 @@ def test_rank_of_several_pools_fits_each_tier_without_the_pool_ranked(tmp_path, 
     rows = json.loads(out.read_text())["results"]
     for model in ("tuna-ir", "tuna-ir-unseen", "tuna-full", "tuna-full-unseen"):
         assert {r["pool"] for r in rows if r["model"] == model} == {"NRM-0", "SFM-1"}
+
+
+def test_rank_fits_on_more_pools_than_it_ranks(tmp_path, capsys):
+    # --fit-on: NRM-0 alone has no other pool or family to be fitted on; with a softmax pool to
+    # fit on, it gets -unseen and -lofo rows, and only NRM-0 is ranked.
+    shipped = {p.stem: p for p in bench.shipped_pools()}
+    small = json.loads(shipped["SFM-1"].read_text())
+    small["candidates"] = small["candidates"][:30]
+    (tmp_path / "fit").mkdir()
+    (tmp_path / "fit" / "SFM-1.json").write_text(json.dumps(small))
+    out = tmp_path / "rank.json"
+    argv = ["bench", "rank", str(shipped["NRM-0"]), "--tiers", "ir", "--no-xgb", "--json", str(out)]
+    assert cli.main(argv) == 0
+    assert {r["model"] for r in json.loads(out.read_text())["results"]} == {"random", "noise-ceiling", "tuna-ir"}
+    assert cli.main([*argv, "--fit-on", str(tmp_path / "fit")]) == 0
+    data = json.loads(out.read_text())
+    assert {r["model"] for r in data["results"]} == {"random", "noise-ceiling", "tuna-ir", "tuna-ir-unseen",
+                                                     "tuna-ir-lofo"}
+    assert {r["pool"] for r in data["results"]} == {"NRM-0"} and data["meta"]["fit_on"] == [str(tmp_path / "fit" /
+                                                                                              "SFM-1.json")]
+    assert "and of the 1 pools of --fit-on" in capsys.readouterr().out

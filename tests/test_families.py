@@ -152,6 +152,15 @@ def test_leave_one_family_out_fits_never_see_the_family():
     assert price(lofo["c1"]) < 1 < 5 < price(lofo["s1"])  # each priced by the other family only
     assert loo["c1"]["full"] != lofo["c1"]["full"]  # leaving one pool out fits on its family's other pool too
     assert bench.family_coefficients(feats, pools[:2], zen4) == {}
+    # Pools that only join the fits (bench rank --fit-on): the two conv2d pools ranked alone are
+    # priced by the softmax pool, never by the other conv2d pool.
+    also = bench.family_coefficients(feats, pools[:2], zen4, also=pools[2:])
+    assert set(also) == {"c1", "c2"} and price(also["c1"]) < 1
+    assert price(bench.unseen_coefficients(feats, pools[:1], zen4, also=pools[1:])["c1"]) == pytest.approx(
+        price(loo["c1"]))
+    assert bench.family_coefficients(feats, pools[:1], zen4, also=pools[1:2]) == {}  # no other family to fit on
+    with pytest.raises(TunaError, match="share names"):
+        bench.family_coefficients(feats, pools, zen4, also=pools[2:])
 
 
 def test_family_table_names_each_family_and_the_worst():

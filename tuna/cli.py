@@ -388,7 +388,11 @@ def _bench_rank(args: argparse.Namespace) -> int:
     pools = [p for p in pools if p.family not in skip]
     if not pools:
         raise TunaError(f"no pool left once the families {', '.join(sorted(skip))} are skipped")
-    measured_on = bench.check_one_machine(pools, args.mix_machines)
+    fit_on = []
+    if args.fit_on:  # "shipped" stands for the pools tuna ships
+        paths = [str(bench.shipped_pools()[0].parent) if f == "shipped" else f for f in args.fit_on]
+        fit_on = [p for p in _load_pools(paths, args.sample, args.seed) if p.family not in skip]
+    measured_on = bench.check_one_machine([*pools, *fit_on], args.mix_machines)
     mach = machines.resolve(args.target, args.machine)
     tiers = _tiers(args.tiers)
     png = args.png or (str(Path(args.json).with_suffix(".png")) if args.json else "bench-rank.png")
@@ -396,17 +400,19 @@ def _bench_rank(args: argparse.Namespace) -> int:
         if path:
             _check_output(path)
     start = time.perf_counter()
-    print(f"== tuna bench rank: {len(pools)} pools measured on {measured_on}, modelled as {mach.name}, "
+    also = f" (and {len(fit_on)} more pools to fit on)" if fit_on else ""
+    print(f"== tuna bench rank: {len(pools)} pools{also} measured on {measured_on}, modelled as {mach.name}, "
           f"tiers {', '.join(tiers)}", file=sys.stderr)
-    features = _cached_features(pools, mach, tiers, args.features_cache)
+    features = _cached_features([*pools, *fit_on], mach, tiers, args.features_cache)
     results, data = bench.rank_pools(pools, mach, tiers, seed=args.seed, xgb=not args.no_xgb,
                                      progress=lambda line: print("   " + line, file=sys.stderr),
-                                     features=features)
+                                     features=features, fit_on=fit_on)
     print(bench.rank_table(results))
     print("\nPer operator family (tuna-<tier>-lofo: fitted without the family's pools):")
     print(bench.family_table(results))
-    print("\n".join(bench.rank_notes(mach, tiers, args.seed, time.perf_counter() - start)))
-    data["meta"] = _meta(args, mach, time.perf_counter() - start, tiers=tiers, pools=[p.source for p in pools])
+    print("\n".join(bench.rank_notes(mach, tiers, args.seed, time.perf_counter() - start, len(fit_on))))
+    data["meta"] = _meta(args, mach, time.perf_counter() - start, tiers=tiers, pools=[p.source for p in pools],
+                         fit_on=[p.source for p in fit_on])
     if args.json:
         _write(args.json, json.dumps(data, indent=2))
     _save_figure(_plots().rank_figure(data, bench.rank_figure_title(data, mach)), png)
@@ -856,6 +862,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "pool are unchanged (a rerun then analyses nothing)")
     p.add_argument("--skip-family", help="operator families to leave out of the run, comma-separated "
                                          "(e.g. families set aside while developing)")
+    p.add_argument("--fit-on", nargs="+", metavar="POOLS",
+                   help="more pools (files, folders, or 'shipped') that join the -unseen and -lofo fits without "
+                        "being ranked: e.g. rank the shortlists of bench tune --shortlists by fits on the shipped "
+                        "pools, each family's left out")
     p.add_argument("--sample", type=int, metavar="N",
                    help="use a seeded random N candidates of each larger pool (analyses too slow for whole "
                         "pools: the GPU full tier compiles every candidate)")

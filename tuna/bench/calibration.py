@@ -78,42 +78,50 @@ def fit_pools(
 
 
 def held_out_coefficients(
-    features: Features, pools: Sequence[Pool], machine: Machine, group: Callable[[Pool], str]
+    features: Features, pools: Sequence[Pool], machine: Machine, group: Callable[[Pool], str],
+    also: Sequence[Pool] = (),
 ) -> dict[str, dict[str, linear.Coefficients]]:
     """Per pool name, each tier's coefficients fitted on the pools of the other groups.
 
     ``group`` names a pool's group (its name: leave one pool out; its family: leave one
-    family out). Empty when the pools form fewer than two groups: nothing would be left to
-    fit on.
+    family out). ``also``: pools that join every fit (those of the group left out excepted)
+    without being ranked; their features are in ``features`` too. Empty when nothing would
+    be left to fit on: fewer than two groups and no ``also``.
     """
     groups: dict[str, list[str]] = {}
     for pool in pools:
         groups.setdefault(group(pool), []).append(pool.name)
-    if len(groups) < 2:
+    names = [p.name for p in pools]
+    clash = sorted({p.name for p in also} & set(names))
+    if clash:
+        raise TunaError(f"pools to fit on and pools to rank share names ({', '.join(clash)}): give each set once")
+    everything = [*pools, *also]
+    if len(groups) < 2 and not also:
         return {}
-    fits = {
-        key: {
-            tier: linear.Coefficients(machine.name, tier, MappingProxyType(values))
-            for tier, values in fit_pools(features, pools, machine, members).items()
-        }
-        for key, members in groups.items()
-    }
+    fits = {}
+    for key in groups:
+        left_out = [p.name for p in everything if group(p) == key]
+        if len(left_out) == len(everything):
+            return {}
+        fits[key] = {tier: linear.Coefficients(machine.name, tier, MappingProxyType(values))
+                     for tier, values in fit_pools(features, everything, machine, left_out).items()}
     return {pool.name: fits[group(pool)] for pool in pools}
 
 
 def unseen_coefficients(
-    features: Features, pools: Sequence[Pool], machine: Machine
+    features: Features, pools: Sequence[Pool], machine: Machine, also: Sequence[Pool] = ()
 ) -> dict[str, dict[str, linear.Coefficients]]:
-    """Per pool name, each tier's coefficients fitted on the other pools (empty with fewer than two)."""
-    return held_out_coefficients(features, pools, machine, lambda p: p.name)
+    """Per pool name, each tier's coefficients fitted on the other pools (and ``also``); empty
+    with fewer than two pools and no ``also``."""
+    return held_out_coefficients(features, pools, machine, lambda p: p.name, also)
 
 
 def family_coefficients(
-    features: Features, pools: Sequence[Pool], machine: Machine
+    features: Features, pools: Sequence[Pool], machine: Machine, also: Sequence[Pool] = ()
 ) -> dict[str, dict[str, linear.Coefficients]]:
-    """Per pool name, each tier's coefficients fitted on the pools of the other operator
-    families (:attr:`Pool.family`); empty when the pools are of fewer than two families."""
-    return held_out_coefficients(features, pools, machine, lambda p: p.family)
+    """Per pool name, each tier's coefficients fitted on the pools (of ``pools`` and ``also``)
+    of the other operator families (:attr:`Pool.family`); empty when nothing is left to fit on."""
+    return held_out_coefficients(features, pools, machine, lambda p: p.family, also)
 
 
 def coefficient_file(tables: Mapping[str, Mapping[str, float]], machine: Machine, pools: Sequence[Pool]) -> str:

@@ -49,11 +49,14 @@ def xgb_scorer(seed: int = 0, features: Mapping[str, list] | None = None, machin
     return scores
 
 
-def tuna_scorers(features: Features, seconds: Seconds, pools: Sequence[Pool], machine: Machine) -> dict[str, Scorer]:
+def tuna_scorers(
+    features: Features, seconds: Seconds, pools: Sequence[Pool], machine: Machine, also: Sequence[Pool] = ()
+) -> dict[str, Scorer]:
     """Per tier of ``features``: ``tuna-<tier>``, with two pools or more ``tuna-<tier>-unseen``,
-    and with two operator families or more ``tuna-<tier>-lofo``."""
-    held = {"unseen": unseen_coefficients(features, pools, machine),
-            "lofo": family_coefficients(features, pools, machine)}
+    and with two operator families or more ``tuna-<tier>-lofo``; the pools of ``also`` join
+    the fits of the last two (not those of their own family for ``-lofo``) without being ranked."""
+    held = {"unseen": unseen_coefficients(features, pools, machine, also),
+            "lofo": family_coefficients(features, pools, machine, also)}
     scorers: dict[str, Scorer] = {}
     for tier in features:
         shipped = linear.coefficients(machine, tier)
@@ -123,6 +126,7 @@ def rank_pools(
     progress: Callable[[str], None] | None = None,
     feature_progress: Progress | None = None,
     features: tuple[Features, Seconds] | None = None,
+    fit_on: Sequence[Pool] = (),
 ) -> tuple[list[Result], dict[str, Any]]:
     """Rank the pools with tuna's tiers and the baselines.
 
@@ -145,7 +149,13 @@ def rank_pools(
         Progress of the analysis, as :func:`.features.pool_features` reports it.
     features : tuple, optional
         The pools' features and analysis seconds per tier, already computed (as
-        :func:`.features.pool_features` returns them); computed here otherwise.
+        :func:`.features.pool_features` returns them), those of ``fit_on`` included;
+        computed here otherwise.
+    fit_on : sequence of Pool
+        Pools that join the ``-unseen`` and ``-lofo`` fits without being ranked (e.g. the
+        shipped pools, when ranking pools of what a search proposed): each ranked pool is
+        then judged by coefficients fitted on them too, those of its own family left out
+        for ``-lofo``.
 
     Returns
     -------
@@ -154,24 +164,29 @@ def rank_pools(
     record : dict
         :func:`.report.rank_json` of the results with ``predictions`` (see :func:`predictions`).
     """
-    feats, secs = features if features is not None else pool_features(pools, machine, tiers, feature_progress)
+    feats, secs = (features if features is not None
+                   else pool_features([*pools, *fit_on], machine, tiers, feature_progress))
     scorers = dict(baselines(seed))
     if xgb:
         scorers["xgb-64"] = xgb_scorer(seed)
         for tier in feats:
             scorers[f"xgb-64-tuna-{tier}"] = xgb_scorer(seed, feats[tier], machine, tier)
-    scorers.update(tuna_scorers(feats, secs, pools, machine))
+    scorers.update(tuna_scorers(feats, secs, pools, machine, fit_on))
     results = evaluate(pools, scorers, seed=seed, progress=progress)
     record = rank_json(results)
     record["predictions"] = predictions(feats, pools, machine)
     return results, record
 
 
-def rank_notes(machine: Machine, tiers: Sequence[str], seed: int, seconds: float) -> list[str]:
-    """What a reader of the rank table needs to know: coefficients, models, machine, split seed, time."""
+def rank_notes(machine: Machine, tiers: Sequence[str], seed: int, seconds: float, fit_on: int = 0) -> list[str]:
+    """What a reader of the rank table needs to know: coefficients, models, machine, split seed,
+    time (``fit_on``: how many pools only joined the fits)."""
     notes = [f"coefficients: {linear.coefficients(machine, t).source} ({t} tier)" for t in tiers]
-    notes.append("tuna-<tier>-unseen: coefficients fitted on the other pools of this run, never on the pool ranked")
-    notes.append("tuna-<tier>-lofo: coefficients fitted only on pools of the other operator families of this run")
+    also = f" and of the {fit_on} pools of --fit-on" if fit_on else ""
+    notes.append(f"tuna-<tier>-unseen: coefficients fitted on the other pools of this run{also}, never on the pool "
+                 "ranked")
+    notes.append("tuna-<tier>-lofo: coefficients fitted only on pools of the other operator families of this run"
+                 + also)
     notes.append(f"tuna-shortlist[-lofo]: the full tier ranks the IR tier's best {SHORTLIST:.0%} of each test set "
                  "(its top-1 is a two-tier search's pick)")
     notes.append(f"machine {machine.name}; split seed {seed}; {seconds:.0f} s in all")

@@ -3,6 +3,9 @@
 - :func:`tune_measured`: MetaSchedule's default tuner (XGBModel + LocalBuilder/LocalRunner,
   real measurement), recording when each candidate was measured;
 - :func:`collect_pool`: a measured pool in the format of ``tuna/data/pools``;
+- :func:`shortlist_pool`: every candidate a tuna run predicted, timed after the run and
+  written as such a pool (``tuna bench tune --shortlists``);
+- :func:`retime`: the re-timing both share (builds, then times each candidate twice);
 - :func:`compare_tuning`: tuna's offline tuning against measured tuning, at equal wall-clock
   budget and at full budget (``tuna bench tune``).
 
