@@ -99,6 +99,14 @@ def test_report_from_saved_json_writes_markdown_and_figures(tmp_path, capsys):
     assert "| GMM:1 | metaschedule@tuna-time | 0 | 10 s | - | - |" in text  # nothing measured in tuna's time
     assert "skipped: PyTorch is not installed" in text
     assert "scripts/benchmarks.sh" in text
+    # A second --rank (pools set aside) gets a section of its own, titled by its pools' folder.
+    aside = {**_rank(), "meta": {**META, "pools": ["aside/P-1.json", "aside/P-2.json"]}}
+    (tmp_path / "aside.json").write_text(json.dumps(aside))
+    assert cli.main(["bench", "report", "--rank", str(paths["rank"]), "--rank", str(tmp_path / "aside.json"),
+                     "-o", str(out)]) == 0
+    text = out.read_text()
+    assert "## Ranking the pools of `aside` (`tuna bench rank`)" in text
+    assert text.count("| tuna-ir | 1 | 0.750 |") == 2
 
 
 def test_report_joins_runs_of_one_command(tmp_path):

@@ -697,7 +697,7 @@ def _bench_report(args: argparse.Namespace) -> int:
     from . import bench
 
     plots = _plots()
-    rank = _read_json(args.rank, "rank")
+    rank, *more_ranks = [_read_json(p, "rank") for p in args.rank or ()] or [None]
     tune = bench.join_runs([_read_json(p, "tune") for p in args.tune or ()])
     network = bench.join_runs([_read_json(p, "network") for p in args.network or ()])
     hybrid = bench.join_runs([_read_json(p, "hybrid") for p in args.hybrid or ()])
@@ -720,7 +720,7 @@ def _bench_report(args: argparse.Namespace) -> int:
             figures[key] = rel(png)
     text = bench.benchmarks_markdown(
         rank, tune, network, hybrid=hybrid, figures=figures, command=args.command_line,
-        generated=bench.now(), note=args.note or "",
+        generated=bench.now(), note=args.note or "", more_ranks=more_ranks,
     )
     _write(str(out), text)
     return 0
@@ -946,7 +946,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_bench_network)
 
     p = bench_sub.add_parser("report", help="write BENCHMARKS.md (and figures) from saved bench JSON")
-    p.add_argument("--rank", help="JSON of `tuna bench rank --json`")
+    p.add_argument("--rank", action="append",
+                   help="JSON of `tuna bench rank --json`; repeat for more sets of pools (e.g. pools set aside), "
+                        "each after the first in a section of its own")
     p.add_argument("--tune", action="append", help="JSON of `tuna bench tune --json` (repeat to join runs)")
     p.add_argument("--network", action="append", help="JSON of `tuna bench network --json` (repeat to join runs)")
     p.add_argument("--hybrid", action="append", help="JSON of `tuna bench hybrid --json` (repeat to join runs)")

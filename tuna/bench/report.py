@@ -10,6 +10,7 @@ from the JSON the bench commands saved.
 from __future__ import annotations
 
 import math
+import os
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -437,6 +438,7 @@ def benchmarks_markdown(
     command: str = "scripts/benchmarks.sh",
     generated: str = "",
     note: str = "",
+    more_ranks: Sequence[Mapping[str, Any]] = (),
 ) -> str:
     """BENCHMARKS.md from the JSON results of ``tuna bench rank / tune / network``.
 
@@ -453,6 +455,9 @@ def benchmarks_markdown(
         When the page was written.
     note : str
         A caveat printed in bold under the title (e.g. that budgets were tiny).
+    more_ranks : sequence of Mapping
+        Further ``tuna bench rank`` results (e.g. of pools set aside), each in a section of
+        its own after ``rank``'s, titled by the folder of its pools.
 
     Returns
     -------
@@ -498,6 +503,12 @@ def benchmarks_markdown(
         "",
         rank_markdown(d),
     ])
+    for more in more_ranks:
+        sources = more.get("meta", {}).get("pools") or []
+        folder = os.path.commonpath([os.path.dirname(s) for s in sources]) if sources else ""
+        where = f"the pools of `{folder}`" if folder else "more pools"
+        section(f"Ranking {where} (`tuna bench rank`)", more, "", lambda d: [
+            "The same models and metrics as above, on these pools only.", "", rank_markdown(d)])
     section("Offline tuning against measured tuning (`tuna bench tune`)", tune, "tune", lambda d: [
         "Each pick re-timed on this machine (median of 5 `time_evaluator` repeats). `metaschedule@tuna-time`: "
         "the best candidate MetaSchedule (XGBModel, real measurement) had measured when tuna's tuning time had "
