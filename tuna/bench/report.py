@@ -516,8 +516,7 @@ def benchmarks_markdown(
         "",
         tune_table(d["rows"], markdown=True),
         *(["", "```text", seed_summary(d["rows"]), "```"] if _seeds(d["rows"]) > 1 else []),
-        *(["", "Each tuna run's shortlist, every candidate it predicted timed after the run "
-           "(`--shortlists`): " + SHORTLIST_CAPTION, "", shortlist_table(d["rows"], markdown=True)]
+        *(["", "With `--shortlists`. " + SHORTLIST_CAPTION, "", shortlist_table(d["rows"], markdown=True)]
           if any(r.get("shortlist_size") for r in d["rows"]) else []),
     ])
     section("Whole networks (`tuna bench network`)", network, "network", lambda d: [
