@@ -505,7 +505,10 @@ def benchmarks_markdown(
     ])
     for more in more_ranks:
         sources = more.get("meta", {}).get("pools") or []
-        folder = os.path.commonpath([os.path.dirname(s) for s in sources]) if sources else ""
+        try:
+            folder = os.path.commonpath([os.path.dirname(s) for s in sources]) if sources else ""
+        except ValueError:  # absolute and relative paths mixed: no one folder to name
+            folder = ""
         where = f"the pools of `{folder}`" if folder else "more pools"
         section(f"Ranking {where} (`tuna bench rank`)", more, "", lambda d: [
             "The same models and metrics as above, on these pools only.", "", rank_markdown(d)])
