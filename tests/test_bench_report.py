@@ -140,6 +140,7 @@ def test_report_with_only_some_sections_says_which_were_not_run(tmp_path):
         (["bench", "report", "--tune", "{not_tune}"], "is not the JSON of `tuna bench tune`"),
         (["bench", "report", "--network", "{garbage}"], "are not JSON"),
         (["bench", "rank", "{not_pool}"], "{not_pool}"),
+        (["bench", "rank", "{nrm}", "--fit-on", "shipped"], "share names (NRM-0)"),  # refused before analysis
         (["bench", "collect", "NOPE:1", "-o", "{out}"], "unknown workload 'NOPE:1'"),
         (["bench", "collect", "GMM:1", "--target", "graviton2", "-o", "{out}"],
          "no measurements possible on this machine: graviton2 is a cross target"),
@@ -161,7 +162,8 @@ def test_bad_input_fails_with_a_clear_message(tmp_path, capsys, argv, message):
     (tmp_path / "not_pool.json").write_text(json.dumps({"format": "someone else's", "records": []}))
     names = {"missing": tmp_path / "missing.json", "not_tune": tmp_path / "not_tune.json",
              "garbage": tmp_path / "garbage.json", "not_pool": tmp_path / "not_pool.json",
-             "out": tmp_path / "pool.json", "nodir": tmp_path / "no" / "pool.json", "tmp": tmp_path}
+             "out": tmp_path / "pool.json", "nodir": tmp_path / "no" / "pool.json", "tmp": tmp_path,
+             "nrm": next(p for p in bench.shipped_pools() if p.stem == "NRM-0")}
     argv = [a.format(**names) for a in argv]
     assert cli.main(argv) == 2
     err = capsys.readouterr().err

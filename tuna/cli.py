@@ -392,6 +392,7 @@ def _bench_rank(args: argparse.Namespace) -> int:
     if args.fit_on:  # "shipped" stands for the pools tuna ships
         paths = [str(bench.shipped_pools()[0].parent) if f == "shipped" else f for f in args.fit_on]
         fit_on = [p for p in _load_pools(paths, args.sample, args.seed) if p.family not in skip]
+        bench.check_distinct(pools, fit_on)  # before hours of analysis, not after
     measured_on = bench.check_one_machine([*pools, *fit_on], args.mix_machines)
     mach = machines.resolve(args.target, args.machine)
     tiers = _tiers(args.tiers)

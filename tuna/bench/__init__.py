@@ -18,6 +18,7 @@ import it when called.
 """
 
 from .calibration import (
+    check_distinct,
     check_one_machine,
     coefficient_file,
     family_coefficients,
@@ -77,6 +78,7 @@ __all__ = [
     "all_metrics",
     "baselines",
     "benchmarks_markdown",
+    "check_distinct",
     "check_one_machine",
     "code_fingerprint",
     "coefficient_file",

@@ -77,6 +77,14 @@ def fit_pools(
     return linear.fit_tiers(machine, {t: fit_rows(features[t], pools, machine, leave_out) for t in features})
 
 
+def check_distinct(pools: Sequence[Pool], also: Sequence[Pool]) -> None:
+    """Refuse pools to fit on (``also``) that share a name with pools to rank: a pool left
+    out of its own fit would come back in under the other set."""
+    clash = sorted({p.name for p in also} & {p.name for p in pools})
+    if clash:
+        raise TunaError(f"pools to fit on and pools to rank share names ({', '.join(clash)}): give each set once")
+
+
 def held_out_coefficients(
     features: Features, pools: Sequence[Pool], machine: Machine, group: Callable[[Pool], str],
     also: Sequence[Pool] = (),
@@ -88,20 +96,12 @@ def held_out_coefficients(
     without being ranked; their features are in ``features`` too. Empty when nothing would
     be left to fit on: fewer than two groups and no ``also``.
     """
-    groups: dict[str, list[str]] = {}
-    for pool in pools:
-        groups.setdefault(group(pool), []).append(pool.name)
-    names = [p.name for p in pools]
-    clash = sorted({p.name for p in also} & set(names))
-    if clash:
-        raise TunaError(f"pools to fit on and pools to rank share names ({', '.join(clash)}): give each set once")
+    check_distinct(pools, also)
     everything = [*pools, *also]
-    if len(groups) < 2 and not also:
-        return {}
     fits = {}
-    for key in groups:
+    for key in dict.fromkeys(map(group, pools)):
         left_out = [p.name for p in everything if group(p) == key]
-        if len(left_out) == len(everything):
+        if len(left_out) == len(everything):  # nothing left to fit on
             return {}
         fits[key] = {tier: linear.Coefficients(machine.name, tier, MappingProxyType(values))
                      for tier, values in fit_pools(features, everything, machine, left_out).items()}
