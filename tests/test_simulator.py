@@ -515,3 +515,92 @@ def test_agrees_with_llvm_mca(fid, preset, mcpu, ymm, low, high):
     assert low <= ratio <= high, f"{fid} on {preset}: ours {ours.cycles:.2f}, llvm-mca {theirs:.2f} ({ratio:.2f})"
     if preset == "skylake-avx512":  # the two models agree on the per-instruction data here
         assert ours.port_bound == pytest.approx(rthroughput, rel=0.1)
+
+
+def _moving_rows(row_bytes: int) -> list[Instruction]:
+    """Two rows of accumulators, a 16-lane masked load, six FMAs and a masked store each,
+    ``row_bytes`` apart, then the pointer moves on two rows (a 14-wide conv2d tile as LLVM
+    vectorizes it; scripts/microbench/zen4_memory.c, ``moving_rows``)."""
+    body = []
+    for r in (0, 1):
+        body.append(_ins(f"vmovups zmm{r} {{k1}} {{z}}, zmmword ptr [rdx + {r * row_bytes:#x}]", ("k1", "rdx"), (f"zmm{r}",)))
+    for _ in range(6):
+        body += [_fma_x86(0), _fma_x86(1)]
+    for r in (0, 1):
+        body.append(_ins(f"vmovups zmmword ptr [rdx + {r * row_bytes:#x}] {{k1}}, zmm{r}", ("rdx", "k1", f"zmm{r}")))
+    body += [_ins(f"add rdx, {2 * row_bytes:#x}", ("rdx",), ("rdx", "rflags")),
+             _ins("sub rsi, 1", ("rsi",), ("rsi", "rflags")), _ins("jne 0x0", ("rflags",))]
+    return body
+
+
+@pytest.mark.parametrize("row_bytes,measured", [(56, 51.4), (64, 13.1)])
+def test_zen4_rows_through_a_moving_pointer_as_measured(row_bytes, measured):
+    # Zen 4 (scripts/microbench/zen4_memory.zen4.txt): with 14-float rows, the next iteration's
+    # first load starts 8 bytes before the end of the previous second row's 64-byte store and
+    # waits for it to leave the store queue (51.4 cycles an iteration against 13.1).
+    t = simulator.simulate(_moving_rows(row_bytes), machine.preset("zen4"))
+    assert measured * 0.75 <= t.cycles <= measured * 1.25, t.cycles
+
+
+def test_a_stepped_address_is_placed_where_the_step_takes_it():
+    # Stores at +0 and +0x40, pointer moved by 0x80 an iteration: the next loads touch neither.
+    # The same body with the pointer moved by 0x40 reloads the second row: a chain through memory.
+    apart = _moving_rows(64)
+    onto = [*apart[:-3], _ins("add rdx, 0x40", ("rdx",), ("rdx", "rflags")), *apart[-2:]]
+    blk_apart = prepare_block([decode(i, "x86-64") for i in apart], simulator.uarch("zen4"), True)
+    blk_onto = prepare_block([decode(i, "x86-64") for i in onto], simulator.uarch("zen4"), True)
+    assert not any(blk_apart.mem_src)
+    (src,) = [m for m in blk_onto.mem_src if m]
+    assert not src.endswith("!")  # a 64-byte load of exactly what was stored: forwarded
+    # An address register written otherwise than by a constant step keeps its accesses apart.
+    cmov = [*apart[:-3], _ins("cmovle rdx, r10", ("rdx", "r10", "rflags"), ("rdx",)), *apart[-2:]]
+    blk = prepare_block([decode(i, "x86-64") for i in cmov], simulator.uarch("zen4"), True)
+    assert not any(blk.mem_src)
+
+
+@pytest.mark.parametrize("text,step", [
+    ("add r12, 0x70", ("r12", 0x70)), ("sub r10, -0x80", ("r10", 0x80)), ("inc r9", ("r9", 1)),
+    ("dec rsi", ("rsi", -1)), ("lea r10, [r10 + 0x40]", ("r10", 0x40)), ("lea r10, [r10 - 8]", ("r10", -8)),
+    ("add r12, r13", None), ("lea r10, [r11 + 0x40]", None), ("lea r10, [r10 + r10*2]", None), ("imul r9, r9, 3", None),
+])
+def test_x86_induction_steps_are_recognised(text, step):
+    assert decode(_ins(text), "x86-64").step == step
+
+
+def _chain_iteration(k: int, shuffles: bool = False) -> list[Instruction]:
+    """One float loaded, ``k`` dependent VADDSS, stored (scripts/microbench/zen4_window.c);
+    with ``shuffles``, four independent shuffles after every four adds."""
+    body = [_ins("vmovss xmm0, dword ptr [rdi]", ("rdi",), ("xmm0",))]
+    for n in range(k):
+        body.append(_ins("vaddss xmm0, xmm0, xmm1", ("xmm0", "xmm1"), ("xmm0",)))
+        if shuffles and n % 4 == 3:
+            body += [_ins("vmovshdup xmm3, xmm2", ("xmm2",), ("xmm3",))] * 4
+    return [*body, _ins("vmovss dword ptr [rsi], xmm0", ("rsi", "xmm0")), _ins("add rdi, 4", ("rdi",), ("rdi",)),
+            _ins("add rsi, 4", ("rsi",), ("rsi",)), _ins("dec rcx", ("rcx",), ("rcx",)), _ins("jne 0x0", ("rflags",))]
+
+
+@pytest.mark.parametrize("k,shuffles,measured", [(16, False, 8.7), (32, False, 25.3), (48, False, 45.7),
+                                                 (64, False, 69.9), (96, False, 136), (48, True, 58.3)])
+def test_zen4_overlaps_independent_chains_as_far_as_its_fp_scheduler_holds(k, shuffles, measured):
+    # scripts/microbench/zen4_window.zen4.txt: with the non-scheduling queue counted as more
+    # scheduler entries, the 48-add chains ran in half their measured time; modelled as a
+    # queue they take 0.89-0.94 of it for K >= 48, but 0.75 for K = 32 and for 48 adds with
+    # shuffles between them (42.5 cycles against 58.3): something else limits the core too
+    # (its FP register file?), not modelled.
+    t = simulator.simulate(_chain_iteration(k, shuffles), machine.preset("zen4"))
+    assert measured * 0.7 <= t.cycles <= measured * 1.1, t.cycles
+
+
+def test_a_non_scheduling_queue_lets_dispatch_run_ahead_but_not_issue():
+    ua = simulator.uarch("zen4")
+    q = ua.port_scheduler[ua.ports.index("FP0")]
+    body = [decode(i, "x86-64") for i in _chain_iteration(96)]
+    queued = schedule_out_of_order(prepare_block(body, ua, True), ua, ua.store_forward_latency, True)[0]
+    merged = replace(ua, schedulers=tuple(s + ua.queues[q] if i == q else s for i, s in enumerate(ua.schedulers)),
+                     queues=())
+    counted_together = schedule_out_of_order(prepare_block(body, merged, True), merged, merged.store_forward_latency,
+                                             True)[0]
+    smaller = replace(ua, queues=())
+    no_queue = schedule_out_of_order(prepare_block(body, smaller, True), smaller, smaller.store_forward_latency, True)[0]
+    assert counted_together < queued
+    assert no_queue == pytest.approx(queued, rel=0.1)  # the queue adds dispatch room, not look-ahead

@@ -51,11 +51,11 @@ def _x86_class(mnem: str, vector: bool, ops: list[str]) -> str:
     return scalar_class("x86-64", mnem)
 
 
-def _x86_address(inner: str) -> tuple[str, int, tuple[str, ...]]:
-    """``(key, displacement, registers)`` of the text between brackets, e.g. ``rax + rcx*4 - 0x40``."""
+def _x86_address(inner: str) -> tuple[str, int, tuple[str, ...], tuple[int, ...]]:
+    """``(key, displacement, registers, scales)`` of the text between brackets, e.g. ``rax + rcx*4 - 0x40``."""
     text = inner.replace(" ", "")
     terms = re.findall(r"[+-]?[^+-]+", text)
-    regs, disp, key = [], 0, []
+    regs, scales, disp, key = [], [], 0, []
     for term in terms:
         sign = -1 if term.startswith("-") else 1
         body = term.lstrip("+-")
@@ -63,12 +63,36 @@ def _x86_address(inner: str) -> tuple[str, int, tuple[str, ...]]:
         if value is not None:
             disp += sign * value
             continue
-        name = body.split("*")[0]
+        name, _, scale = body.partition("*")
         r = canonical("x86-64", name, True)
         if r is not None:
             regs.append(r)
+            scales.append(parse_int(scale) or 1 if scale else 1)
         key.append(body)
-    return "+".join(key), disp, tuple(regs)
+    return "+".join(key), disp, tuple(regs), tuple(scales)
+
+
+def _x86_step(mnem: str, ops: list[str]) -> tuple[str, int] | None:
+    """``(register, constant)`` when the instruction only adds a constant to a register.
+
+    ``add r, imm``, ``sub r, imm``, ``inc r``, ``dec r`` and ``lea r, [r + imm]``: the
+    induction updates of a loop body, which move its addresses by a known stride.
+    """
+    if mnem in ("inc", "dec") and len(ops) == 1:
+        value: int | None = 1 if mnem == "inc" else -1
+    elif mnem in ("add", "sub") and len(ops) == 2:
+        value = parse_int(ops[1])
+        if value is not None and mnem == "sub":
+            value = -value
+    elif mnem == "lea" and len(ops) == 2 and ops[1].endswith("]"):
+        key, value, regs, scales = _x86_address(ops[1][ops[1].index("[") + 1 : -1])
+        target = canonical("x86-64", ops[0], True)
+        if regs != (target,) or scales != (1,):
+            return None
+    else:
+        return None
+    reg = canonical("x86-64", ops[0], True)
+    return None if reg is None or value is None else (reg, value)
 
 
 def decode_x86(ins: Instruction) -> Decoded:
@@ -89,18 +113,19 @@ def decode_x86(ins: Instruction) -> Decoded:
     broadcast = "{1to" in ins.operands or "broadcast" in mnem or mnem.endswith("movddup")
     if mnem == "lea" or mem_i is None:
         if mnem == "lea":
-            return Decoded((uop("lea", 64, reads, writes),))
+            return Decoded((uop("lea", 64, reads, writes),), step=_x86_step(mnem, ops))
         klass = _x86_class(mnem, vector, ops)
         regs = [canonical("x86-64", op.split()[0], True) for op in ops]
         base = mnem[1:] if mnem.startswith("v") and len(ops) == 3 else mnem
         if base in _X86_ZERO_IDIOMS and len(ops) >= 2 and None not in regs and len(set(regs[-2:])) == 1:
             return Decoded((uop("zero", width, (), writes),))
         fusible = mnem in _X86_FUSIBLE
-        return Decoded((uop(klass, width, reads, writes),), broadcast=broadcast, fusible=fusible)
+        return Decoded((uop(klass, width, reads, writes),), broadcast=broadcast, fusible=fusible,
+                       step=_x86_step(mnem, ops))
     # An instruction with a memory operand.
     mem_op = ops[mem_i]
     inner = mem_op[mem_op.index("[") + 1 : mem_op.index("]")]
-    key, disp, addr = _x86_address(inner)
+    key, disp, addr, scales = _x86_address(inner)
     ptr = next((b for p, b in X86_PTR_BYTES.items() if mem_op.startswith(p)), 8)
     mem_width = max(64, 8 * ptr)
     outside = set(registers_in("x86-64", " ".join(op for i, op in enumerate(ops) if i != mem_i)))
@@ -109,7 +134,7 @@ def decode_x86(ins: Instruction) -> Decoded:
     implicit = [r for r in reads if r not in named]
     data_reads = [r for r in reads if r in outside] + implicit
     base = mnem[1:] if mnem.startswith("v") else mnem
-    mem = (key, disp, ptr, addr)
+    mem = (key, disp, ptr, addr, scales)
     indexed = len(addr) > 1
     is_store = mem_i == 0 and not mnem.startswith(("cmp", "test", "bt", "vcmp", "vptest", "ucomi", "comi", "vucomi",
                                                    "vcomi", "prefetch"))

@@ -3,7 +3,8 @@
 :func:`prepare_block` turns decoded instructions into a :class:`Block` of parallel lists
 (timing class, registers read and written, latency, pipes and occupancy, scheduler) that
 the bounds and the schedulers walk, with the memory dependencies through addresses the
-block does not change (spill slots, reductions into one element). Eliminated moves and
+block does not change (spill slots, reductions into one element) or, in a loop, moves by a
+constant stride (rows of accumulators reloaded an iteration later). Eliminated moves and
 zeroing idioms become micro-ops that take a dispatch slot only.
 
 :func:`dependency_graph` is the diagnostic view of the same data: the true (RAW) and false
@@ -74,14 +75,15 @@ class Block:
 def prepare_block(decoded: Sequence[Decoded], ua: Uarch, loop: bool) -> Block:
     """The micro-ops of ``decoded`` with ``ua``'s timing, front-end slots and memory dependencies.
 
-    With ``loop``, a load before the store to its slot reads what the previous iteration stored.
+    With ``loop``, a load before the store to its slot reads what the previous iteration stored
+    (its slot found, where the block steps the address registers, one stride further on).
     A load the store queue cannot forward to (:func:`_forwards`; only on machines whose data
     file gives ``store_forward_fail_latency``) depends on the store's ``mem_fail`` name, which
     the schedulers make ready that many cycles after the store retires.
     """
     instr_uops, slots = [], []
     klass, srcs, dsts, lat, parts, exact, mem_src, mem_dst, mem_fail, sched = [], [], [], [], [], [], [], [], [], []
-    mems: list[tuple[int, bool, tuple]] = []
+    mems: list[tuple[int, bool, tuple, int]] = []
     counts = dict.fromkeys(KINDS, 0)
     broadcasts = 0
     prev_fusible = False
@@ -117,36 +119,85 @@ def prepare_block(decoded: Sequence[Decoded], ua: Uarch, loop: bool) -> Block:
             mem_dst.append(None)
             mem_fail.append(None)
             if u.mem is not None:
-                mems.append((len(klass) - 1, u.kind == "store", u.mem))
+                mems.append((len(klass) - 1, u.kind == "store", u.mem, j))
             n = 2 if u.klass.endswith("_pair") else 1
             counts[u.kind] += n
         instr_uops.append(range(start, len(klass)))
         slots.append(nslots)
-    # Memory dependencies through addresses the block does not change (spill slots, reductions
-    # into one element): store data -> later load of an overlapping range.
-    if mems and any(st for _, st, _ in mems):
-        written = {w for ws in dsts for w in ws}
-        stores: dict[str, list[tuple[int, tuple]]] = {}
-        for i, st, m in mems:
-            if st and not set(m[3]) & written:
-                stores.setdefault(m[0], []).append((i, m))
-        for i, st, m in mems:
-            if st or m[0] not in stores or set(m[3]) & written:
-                continue
-            off, size = m[1], m[2]
-            match = [(s, sm) for s, sm in stores[m[0]] if sm[1] < off + size and off < sm[1] + sm[2]]
-            before = [sm for sm in match if sm[0] < i]
-            src = before[-1] if before else (match[-1] if loop and match else None)
-            if src is None:
-                continue
-            name = f"m{src[0]}"
-            mem_dst[src[0]] = name
-            if ua.store_forward_fail_latency is not None and not _forwards(off, size, src[1], match, ua):
-                name = f"{name}!"
-                mem_fail[src[0]] = name
-            mem_src[i] = name
+    if mems and any(st for _, st, _, _ in mems):
+        _memory_dependencies(mems, decoded, dsts, loop, ua, mem_src, mem_dst, mem_fail)
     return Block(instr_uops, slots, klass, srcs, dsts, lat, parts, exact, mem_src, mem_dst, mem_fail, sched,
                  len(klass), counts, broadcasts)
+
+
+def _memory_dependencies(mems: list[tuple[int, bool, tuple, int]], decoded: Sequence[Decoded], dsts: list,
+                         loop: bool, ua: Uarch, mem_src: list, mem_dst: list, mem_fail: list) -> None:
+    """Store data -> later load of an overlapping range, through the names in ``mem_*``.
+
+    Addresses compare when the block does not change their registers (spill slots,
+    reductions into one element) or, in a loop, only steps them by constants
+    (:attr:`Decoded.step`): each access is placed at its offset from the iteration's start,
+    and a load that comes before a store reads what the previous iteration stored where the
+    stride takes it there. A masked tail store whose next row a later iteration loads is
+    such a case: the load overlaps the store's 64 bytes without lying inside them, and waits
+    for it to leave the store queue.
+    """
+    written = {w for ws in dsts for w in ws}
+    # Registers every write of which adds a constant: their step per iteration, and how far
+    # each instruction finds them from the iteration's start.
+    writers: dict[str, set[int]] = {}
+    for j, dec in enumerate(decoded):
+        for u in dec.uops:
+            for w in u.writes:
+                if w[0] != "~" and w != "flags":
+                    writers.setdefault(w, set()).add(j)
+    stride: dict[str, int] = {}
+    if loop:
+        for reg, js in writers.items():
+            if all(decoded[j].step is not None and decoded[j].step[0] == reg for j in js):
+                stride[reg] = sum(decoded[j].step[1] for j in js)
+    before: list[dict[str, int]] = []
+    moved: dict[str, int] = {}
+    for dec in decoded:
+        before.append(dict(moved))
+        if dec.step is not None and dec.step[0] in stride:
+            moved[dec.step[0]] = moved.get(dec.step[0], 0) + dec.step[1]
+    # (uop, is store, key, offset in the iteration, size, bytes the address moves an iteration)
+    accesses = []
+    for i, st, m, j in mems:
+        changed = set(m[3]) & written
+        if changed and not (len(m) > 4 and changed <= stride.keys()):
+            continue
+        scales = m[4] if len(m) > 4 else (1,) * len(m[3])
+        shift = sum(sc * before[j].get(r, 0) for r, sc in zip(m[3], scales))
+        step = sum(sc * stride.get(r, 0) for r, sc in zip(m[3], scales))
+        accesses.append((i, st, m[0], m[1] + shift, m[2], step))
+    stores: dict[str, list[tuple[int, str, int, int, int]]] = {}
+    for i, st, key, off, size, step in accesses:
+        if st:
+            stores.setdefault(key, []).append((i, key, off, size, step))
+    for i, st, key, off, size, step in accesses:
+        if st or key not in stores:
+            continue
+        overlapping = [s for s in stores[key] if s[2] < off + size and off < s[2] + s[3]]
+        same = [s for s in overlapping if s[0] < i]
+        if same:
+            src, match, at = same[-1], overlapping, off
+        elif loop:
+            # The previous iteration's stores, seen from this one: the load sits ``step`` further on.
+            at = off + step
+            match = [s for s in stores[key] if (step == 0 or s[0] > i) and s[2] < at + size and at < s[2] + s[3]]
+            if not match:
+                continue
+            src = match[-1]
+        else:
+            continue
+        name = f"m{src[0]}"
+        mem_dst[src[0]] = name
+        if ua.store_forward_fail_latency is not None and not _forwards(at, size, src[1:4], [(s[0], s[1:4]) for s in match], ua):
+            name = f"{name}!"
+            mem_fail[src[0]] = name
+        mem_src[i] = name
 
 
 def _forwards(off: int, size: int, store: tuple, match: list[tuple[int, tuple]], ua: Uarch) -> bool:

@@ -30,9 +30,10 @@ class MicroOp:
     kind : str
         Counting category, one of :data:`tuna.cpu.isa.KINDS`.
     mem : tuple or None
-        For loads and store data, ``(address_key, offset, size_bytes, address_registers)``:
-        accesses with the same key and overlapping ranges whose address registers the block
-        does not change touch the same memory.
+        For loads and store data, ``(address_key, offset, size_bytes, address_registers)``,
+        where the decoder knows them followed by the registers' scales: accesses with the
+        same key and overlapping ranges touch the same memory when the block does not
+        change their address registers, or only steps them (:attr:`Decoded.step`).
     """
 
     klass: str
@@ -60,6 +61,9 @@ class Decoded:
     unlaminated : bool
         An x86 load-op with an indexed address and three operands, which Intel cores split
         into two slots (``Uarch.unlaminate_indexed``).
+    step : tuple of (str, int) or None
+        ``(register, constant)`` for an instruction that only adds a constant to a register
+        (a loop's induction update), where the decoder recognises one.
     """
 
     uops: tuple[MicroOp, ...]
@@ -67,6 +71,7 @@ class Decoded:
     broadcast: bool = False
     fusible: bool = False  # an x86 ALU op that a following Jcc may fuse with
     unlaminated: bool = False  # an x86 load-op with an indexed address and three operands
+    step: tuple[str, int] | None = None
 
 
 def uop(klass: str, width: int, reads: Iterable[str], writes: Iterable[str], mem=None) -> MicroOp:

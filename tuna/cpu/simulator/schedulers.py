@@ -76,7 +76,11 @@ def schedule_out_of_order(blk: Block, ua: Uarch, fwd: float, loop: bool) -> tupl
     cycle its operands are ready and one of its pipes is free (earlier free cycles are filled
     too, as an oldest-first scheduler would), and instructions retire in order; a load the
     store queue cannot forward to has its data ``store_forward_fail_latency`` cycles after
-    the store retires. Iterations are added until two consecutive windows take the same time.
+    the store retires. Behind a non-scheduling queue (``Uarch.queues``) a micro-op
+    dispatches while the queue has room and issues only once it has entered the scheduler,
+    in order, as issued micro-ops free entries: a long dependency chain then holds back
+    independent micro-ops queued behind it. Iterations are added until two consecutive
+    windows take the same time.
     """
     w, cap = _window(blk, loop)
     history: list[list[float]] = []
@@ -88,6 +92,8 @@ def schedule_out_of_order(blk: Block, ua: Uarch, fwd: float, loop: bool) -> tupl
     used = [0.0] * len(ua.ports)
     sizes = ua.schedulers
     queues: list[list[float]] = [[] for _ in sizes]
+    nsq = ua.queues or (0,) * len(sizes)
+    entered: list[list[float]] = [[] for _ in sizes]  # when each micro-op entered the scheduler
     ready: dict[str, float] = {}
     retired: list[int] = []
     ends: list[float] = []
@@ -115,7 +121,12 @@ def schedule_out_of_order(blk: Block, ua: Uarch, fwd: float, loop: bool) -> tupl
             if rob and g >= rob and retired[g - rob] > d:
                 d = retired[g - rob]
             for *_, q in uops:
-                if q >= 0 and len(queues[q]) >= sizes[q] and queues[q][0] > d:
+                if q < 0:
+                    continue
+                if nsq[q]:
+                    if len(entered[q]) >= nsq[q] and entered[q][-nsq[q]] > d:
+                        d = ceil(entered[q][-nsq[q]])
+                elif len(queues[q]) >= sizes[q] and queues[q][0] > d:
                     d = ceil(queues[q][0])
             if d < dispatch:
                 d = dispatch
@@ -124,6 +135,17 @@ def schedule_out_of_order(blk: Block, ua: Uarch, fwd: float, loop: bool) -> tupl
             done = d
             for srcs, dsts, lat, parts, msrc, mdst, q in uops:
                 t = d + 1
+                if q >= 0 and nsq[q]:
+                    e = d
+                    if entered[q] and entered[q][-1] > e:
+                        e = entered[q][-1]
+                    if len(queues[q]) >= sizes[q] and queues[q][0] > e:
+                        e = queues[q][0]
+                    entered[q].append(e)
+                    if len(entered[q]) > nsq[q]:
+                        del entered[q][0]
+                    if e + 1 > t:
+                        t = e + 1
                 for s in srcs:
                     r = ready.get(s)
                     if r is not None and r > t:

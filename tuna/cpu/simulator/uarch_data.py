@@ -132,6 +132,10 @@ class Uarch:
     schedulers : tuple of int
         Entries of each scheduler (issue queue); dispatch stalls while the one a micro-op
         needs is full of micro-ops waiting to issue.
+    queues : tuple of int
+        Entries of the in-order queue in front of each scheduler (Zen's non-scheduling
+        queue; 0: none): a micro-op dispatches while the queue has room, but issues only
+        after it has entered the scheduler, in program order, as entries free up.
     port_scheduler : tuple of int
         For each pipe, the index of the scheduler feeding it (-1 for none).
     table : Mapping
@@ -153,6 +157,7 @@ class Uarch:
     schedulers: tuple[int, ...]
     port_scheduler: tuple[int, ...]
     table: Mapping[tuple[str, int], ClassTiming]
+    queues: tuple[int, ...] = ()
 
     def timing(self, klass: str, width: int = 64) -> ClassTiming:
         """Timing of ``klass`` at operand ``width`` bits (a class not known is an ALU op)."""
@@ -316,6 +321,7 @@ def load_uarch(name: str) -> Uarch:
             schedulers=tuple(int(q["size"]) for q in scheds),
             port_scheduler=tuple(port_sched),
             table=MappingProxyType(table),
+            queues=tuple(int(q.get("queue", 0)) for q in scheds),
         )
     except KeyError as err:
         raise TargetError(f"micro-architecture file {name}.toml lacks the field {err}") from None
