@@ -523,7 +523,8 @@ def _moving_rows(row_bytes: int) -> list[Instruction]:
     vectorizes it; scripts/microbench/zen4_memory.c, ``moving_rows``)."""
     body = []
     for r in (0, 1):
-        body.append(_ins(f"vmovups zmm{r} {{k1}} {{z}}, zmmword ptr [rdx + {r * row_bytes:#x}]", ("k1", "rdx"), (f"zmm{r}",)))
+        load = f"vmovups zmm{r} {{k1}} {{z}}, zmmword ptr [rdx + {r * row_bytes:#x}]"
+        body.append(_ins(load, ("k1", "rdx"), (f"zmm{r}",)))
     for _ in range(6):
         body += [_fma_x86(0), _fma_x86(1)]
     for r in (0, 1):
@@ -595,12 +596,13 @@ def test_a_non_scheduling_queue_lets_dispatch_run_ahead_but_not_issue():
     ua = simulator.uarch("zen4")
     q = ua.port_scheduler[ua.ports.index("FP0")]
     body = [decode(i, "x86-64") for i in _chain_iteration(96)]
-    queued = schedule_out_of_order(prepare_block(body, ua, True), ua, ua.store_forward_latency, True)[0]
-    merged = replace(ua, schedulers=tuple(s + ua.queues[q] if i == q else s for i, s in enumerate(ua.schedulers)),
-                     queues=())
-    counted_together = schedule_out_of_order(prepare_block(body, merged, True), merged, merged.store_forward_latency,
-                                             True)[0]
-    smaller = replace(ua, queues=())
-    no_queue = schedule_out_of_order(prepare_block(body, smaller, True), smaller, smaller.store_forward_latency, True)[0]
+
+    def cycles(u) -> float:
+        return schedule_out_of_order(prepare_block(body, u, True), u, u.store_forward_latency, True)[0]
+
+    queued = cycles(ua)
+    counted_together = cycles(replace(ua, queues=(), schedulers=tuple(
+        s + ua.queues[q] if i == q else s for i, s in enumerate(ua.schedulers))))
+    no_queue = cycles(replace(ua, queues=()))
     assert counted_together < queued
     assert no_queue == pytest.approx(queued, rel=0.1)  # the queue adds dispatch room, not look-ahead

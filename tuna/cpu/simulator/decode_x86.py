@@ -85,7 +85,7 @@ def _x86_step(mnem: str, ops: list[str]) -> tuple[str, int] | None:
         if value is not None and mnem == "sub":
             value = -value
     elif mnem == "lea" and len(ops) == 2 and ops[1].endswith("]"):
-        key, value, regs, scales = _x86_address(ops[1][ops[1].index("[") + 1 : -1])
+        _, value, regs, scales = _x86_address(ops[1][ops[1].index("[") + 1 : -1])
         target = canonical("x86-64", ops[0], True)
         if regs != (target,) or scales != (1,):
             return None

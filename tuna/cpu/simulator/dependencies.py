@@ -185,6 +185,8 @@ def _memory_dependencies(mems: list[tuple[int, bool, tuple, int]], decoded: Sequ
             src, match, at = same[-1], overlapping, off
         elif loop:
             # The previous iteration's stores, seen from this one: the load sits ``step`` further on.
+            # Only stores after the load when the address moves: the schedulers pass a value to
+            # the next iteration through a name that no earlier micro-op of the body reads.
             at = off + step
             match = [s for s in stores[key] if (step == 0 or s[0] > i) and s[2] < at + size and at < s[2] + s[3]]
             if not match:
@@ -194,7 +196,8 @@ def _memory_dependencies(mems: list[tuple[int, bool, tuple, int]], decoded: Sequ
             continue
         name = f"m{src[0]}"
         mem_dst[src[0]] = name
-        if ua.store_forward_fail_latency is not None and not _forwards(at, size, src[1:4], [(s[0], s[1:4]) for s in match], ua):
+        seen = [(s[0], s[1:4]) for s in match]
+        if ua.store_forward_fail_latency is not None and not _forwards(at, size, src[1:4], seen, ua):
             name = f"{name}!"
             mem_fail[src[0]] = name
         mem_src[i] = name
