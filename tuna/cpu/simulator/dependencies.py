@@ -125,13 +125,13 @@ def prepare_block(decoded: Sequence[Decoded], ua: Uarch, loop: bool) -> Block:
         instr_uops.append(range(start, len(klass)))
         slots.append(nslots)
     if mems and any(st for _, st, _, _ in mems):
-        _memory_dependencies(mems, decoded, dsts, loop, ua, mem_src, mem_dst, mem_fail)
+        _memory_dependencies(mems, decoded, loop, ua, mem_src, mem_dst, mem_fail)
     return Block(instr_uops, slots, klass, srcs, dsts, lat, parts, exact, mem_src, mem_dst, mem_fail, sched,
                  len(klass), counts, broadcasts)
 
 
-def _memory_dependencies(mems: list[tuple[int, bool, tuple, int]], decoded: Sequence[Decoded], dsts: list,
-                         loop: bool, ua: Uarch, mem_src: list, mem_dst: list, mem_fail: list) -> None:
+def _memory_dependencies(mems: list[tuple[int, bool, tuple, int]], decoded: Sequence[Decoded], loop: bool,
+                         ua: Uarch, mem_src: list, mem_dst: list, mem_fail: list) -> None:
     """Store data -> later load of an overlapping range, through the names in ``mem_*``.
 
     Addresses compare when the block does not change their registers (spill slots,
@@ -142,7 +142,6 @@ def _memory_dependencies(mems: list[tuple[int, bool, tuple, int]], decoded: Sequ
     such a case: the load overlaps the store's 64 bytes without lying inside them, and waits
     for it to leave the store queue.
     """
-    written = {w for ws in dsts for w in ws}
     # Registers every write of which adds a constant: their step per iteration, and how far
     # each instruction finds them from the iteration's start.
     writers: dict[str, set[int]] = {}
@@ -165,7 +164,7 @@ def _memory_dependencies(mems: list[tuple[int, bool, tuple, int]], decoded: Sequ
     # (uop, is store, key, offset in the iteration, size, bytes the address moves an iteration)
     accesses = []
     for i, st, m, j in mems:
-        changed = set(m[3]) & written
+        changed = set(m[3]) & writers.keys()
         if changed and not (len(m) > 4 and changed <= stride.keys()):
             continue
         scales = m[4] if len(m) > 4 else (1,) * len(m[3])

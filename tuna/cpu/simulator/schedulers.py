@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import deque
 
 from .dependencies import Block
 from .uarch_data import Uarch
@@ -93,7 +94,8 @@ def schedule_out_of_order(blk: Block, ua: Uarch, fwd: float, loop: bool) -> tupl
     sizes = ua.schedulers
     queues: list[list[float]] = [[] for _ in sizes]
     nsq = ua.queues or (0,) * len(sizes)
-    entered: list[list[float]] = [[] for _ in sizes]  # when each micro-op entered the scheduler
+    # When the last micro-ops behind each queue entered their scheduler (as many as the queue holds).
+    entered = [deque(maxlen=n or 1) for n in nsq]
     ready: dict[str, float] = {}
     retired: list[int] = []
     ends: list[float] = []
@@ -142,8 +144,6 @@ def schedule_out_of_order(blk: Block, ua: Uarch, fwd: float, loop: bool) -> tupl
                     if len(queues[q]) >= sizes[q] and queues[q][0] > e:
                         e = queues[q][0]
                     entered[q].append(e)
-                    if len(entered[q]) > nsq[q]:
-                        del entered[q][0]
                     if e + 1 > t:
                         t = e + 1
                 for s in srcs:
