@@ -190,6 +190,40 @@ def test_re_ranking_hands_over_the_full_tiers_best_distinct_schedules(tmp_path, 
     assert len({tvm_ffi.structural_hash(m) for m in built}) == 4
 
 
+def test_a_full_share_analyses_the_ir_tiers_best_and_fills_with_predictions_that_cannot_win(tmp_path):
+    mod = integration.load_workload("GMM:0")
+    machine = tuna.resolve("zen4")
+    state = tmp_path / "es.json"
+    known = integration.Predictions()
+    strategy = tuna.ESSearch(16, 2, score="ir", machine=machine, rerank=1, full_share=0.25, seed=3,
+                             state_path=state, known=known)
+    builder = tuna.StaticBuilder(known=known)
+    database = ms.tune_tir(mod, integration.tvm_target(machine), str(tmp_path), max_trials_global=8,
+                           num_trials_per_iter=8, cost_model=ms.cost_model.RandomModel(seed=0),
+                           runner=tuna.StaticRunner(machine), builder=builder, strategy=strategy,
+                           num_tuning_cores=1, seed=1)
+    records = database.get_all_tuning_records()
+    saved = json.loads(state.read_text())
+    handed = {tuple(c) for c in saved["measured"]}
+    full = {tuple(c): v for c, v in saved["full"]}
+    # Eight handed over, none compiled again; the full tier analysed the IR tier's best two and
+    # those of the rest that could have beaten them, not all eight.
+    assert len(records) == len(handed) == 8 and builder.reused == 8
+    assert 2 <= len(full) < 8 and set(full) <= handed
+    best_full = min(seconds_from_score(v) for v in full.values())
+    run_secs = sorted(float(r.run_secs[0]) for r in records)
+    # The database's best is the full tier's best; the IR tier's rescaled predictions come after it.
+    assert run_secs[0] == pytest.approx(best_full)
+    assert sum(s == pytest.approx(seconds_from_score(v)) for s in run_secs for v in full.values()) == len(full)
+
+
+def test_full_share_is_a_share():
+    with pytest.raises(tuna.TunaError, match="full_share"):
+        tuna.ESSearch(16, score="ir", rerank=1, full_share=0)
+    with pytest.raises(tuna.TunaError, match="full_share"):
+        tuna.ESSearch(16, score="ir", rerank=1, full_share=1.5)
+
+
 def test_re_ranking_needs_the_ir_tier_or_the_model():
     with pytest.raises(tuna.TunaError, match="rerank"):
         tuna.ESSearch(16, score="full", rerank=2)

@@ -247,8 +247,14 @@ def _tune(args: argparse.Namespace) -> int:
             if cm.predicted
             else ""
         )
-        what = "predicted" if args.measure is None else "measured"
-        print(f"\n   tuning time {result.tune_seconds:.1f} s; {result.trials} candidates built and {what}{scored}")
+        if args.measure is not None:
+            what = "built and measured"
+        elif result.ir_predicted:
+            what = (f"predicted ({result.trials - result.ir_predicted} analysed by the full tier; "
+                    f"{result.ir_predicted} kept the IR tier's prediction, which could not make them the pick)")
+        else:
+            what = "predicted"
+        print(f"\n   tuning time {result.tune_seconds:.1f} s; {result.trials} candidates {what}{scored}")
         if result.dropped:
             print(f"   {result.dropped} candidate{'s' * (result.dropped != 1)} dropped unpredicted: the build ran "
                   "past the builder's limit of CPU seconds, or its process died")

@@ -24,7 +24,7 @@ from .analysis import estimate_module, runner_tier
 from .builder import StaticBuilder
 from .cost_model import TunaCostModel
 from .runner import Predictions, StaticRunner
-from .search_strategy import es_strategy, hybrid_strategy
+from .search_strategy import ESSearch, es_strategy, hybrid_strategy
 from .workloads import as_machine, load_workload, tvm_target
 
 
@@ -45,7 +45,7 @@ class TuneResult:
     estimate : Estimate
         The chosen schedule's feature breakdown.
     trials : int
-        Candidates built and predicted.
+        Candidates predicted (offline) or measured (hybrid).
     tune_seconds : float
         Wall-clock time of the tuning run.
     cost_model : TunaCostModel
@@ -60,6 +60,10 @@ class TuneResult:
         Candidates never predicted because their build ran past the builder's limit of CPU
         seconds (or its process died: :class:`~tuna.integration.StaticBuilder`); 0 in
         hybrid tuning, whose builder measures.
+    ir_predicted : int
+        Of the ``trials``, those tuna's ES handed over with the IR tier's prediction put on the
+        full tier's scale, not analysed by the full tier (``ESSearch(full_share=...)``):
+        they could not have been the pick.
     """
 
     database: Any
@@ -73,6 +77,7 @@ class TuneResult:
     measured_seconds: float | None = None
     setup_seconds: float = 0.0
     dropped: int = 0
+    ir_predicted: int = 0
 
     def export(self, path: str | os.PathLike, *, host: Any = None):
         """Compile the chosen schedule for the machine and write it to ``path`` (``.so``, ``.tar``, ``.o``;
@@ -125,9 +130,10 @@ def tune(
     search : str
         ``"es"`` (the default): tuna's evolution strategies
         (:class:`tuna.integration.ESSearch`), scoring with the IR tier in
-        ``workers`` processes or on ``cluster``, with the same cost-model budget per round
-        (``5 * population_size`` candidates), the best re-ranked by the full tier; its state
-        is kept in ``work_dir`` so that a run started again goes on where it stopped.
+        ``workers`` processes or on ``cluster``, half of EvolutionarySearch's cost-model
+        budget per round (``2.5 * population_size`` candidates), the best half of those it
+        hands over analysed by the full tier (:func:`~.search_strategy.es_strategy`); its
+        state is kept in ``work_dir`` so that a run started again goes on where it stopped.
         ``"evolutionary"``: MetaSchedule's EvolutionarySearch driven by tuna's cost model.
     num_tuning_cores : int or str, optional
         MetaSchedule's threads (``"physical"``, ``"logical"`` or a number). By default one
@@ -244,8 +250,9 @@ def tune(
     # The tier the runner predicted the candidates with, so the report agrees with the database.
     est = estimate_module(sch.mod, mach, runner_tier(mach))
     if not hybrid:
+        ir_predicted = strategy.ir_handed[0] if isinstance(strategy, ESSearch) else 0
         return TuneResult(database, sch, mach, est.seconds, est, runner.ran, elapsed, cost_model,
-                          setup_seconds=start - entered, dropped=builder.dropped)
+                          setup_seconds=start - entered, dropped=builder.dropped, ir_predicted=ir_predicted)
     best = database.get_top_k(database.commit_workload(mod), 1)
     measured = float(sum(float(s) for s in best[0].run_secs) / len(best[0].run_secs)) if best else None
     return TuneResult(database, sch, mach, est.seconds, est, len(cost_model.records), elapsed, cost_model, measured,

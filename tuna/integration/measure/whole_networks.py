@@ -94,7 +94,7 @@ def network_bench(
     x86 guest unless ``TVM_NUM_THREADS`` says more; a row with a note when PyTorch is not
     installed). Latency: ``VirtualMachine.time_evaluator``, median of ``repeat``; all ways
     are timed at the end, in turn, :data:`ROUNDS` rounds (the median of the rounds). tuna's ES
-    scores ``5 * population_size`` candidates per round (as :func:`tuna.tune`); MetaSchedule
+    scores ``2.5 * population_size`` candidates per round (as :func:`tuna.tune`); MetaSchedule
     keeps its default population.
 
     Raises

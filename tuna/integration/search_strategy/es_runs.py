@@ -76,14 +76,32 @@ def run_es(
 ES_POPULATION = 64
 
 #: Full-tier re-ranking factor used by :func:`es_strategy` (see :class:`ESSearch`): the full
-#: tier analyses exactly the candidates handed over (the IR tier's best), and the database's
-#: best of them is the pick. 1, not 2: it halves the full tier's work, and choosing the best
+#: tier analyses no more candidates than are handed over (the IR tier's best), and the
+#: database's best of them is the pick. 1, not 2: it halves the full tier's work, and choosing the best
 #: of the IR tier's best 64 by the full tier picked as well as of its best 128 on the measured
 #: pools (mean top-1 0.813 against 0.799 on 21 development pools, 0.615 for both on six
 #: held-out ones) and in offline tuning of the six held-out workloads (3 seeds, 64 trials:
 #: geometric mean 0.722 of the pools' best against 0.721 with 2).
 ES_RERANK = 1
 
+#: Candidates the IR tier scores per round, per unit of ``population_size``: half of what
+#: MetaSchedule's EvolutionarySearch asks its cost model for (``5 * population_size``).
+#: Within a run's first twenty generations the ES's best IR score comes within 1% of what
+#: forty find (GMM:1, SFM:1, a ResNet-18 conv and a MobileNetV2 depthwise conv); the next
+#: twenty mostly shuffle near-ties that the IR tier cannot tell apart. Measured in offline
+#: tuning (``scripts/bench_es_budget.py``: twelve workloads, the six Ansor ones and held-out
+#: set 3, 3 seeds, 64 trials, picks re-timed in one run; AMD EPYC Zen 4, 2026-11-26): 2.5
+#: picked at a geometric mean of 0.875 of the pools' best against 0.869 with 5, in 0.69x the
+#: time.
+ES_SCORED_PER_POPULATION = 2.5
+
+#: Share of the candidates :func:`es_strategy` hands over that the full tier analyses
+#: (``ESSearch(full_share=...)``: the IR tier's best half, and any other that could be the
+#: pick; the rest keep the IR tier's prediction). In a second run as above: 0.872 of the
+#: pools' best with 2.5 and a half, 0.877 with 2.5 and all, 0.883 with the earlier 5 and
+#: all, 0.863 with 2.5 and a quarter; 0.49x, 0.69x, 1x and 0.38x the time. Seed to seed,
+#: one workload's picks vary by more than these differences.
+ES_FULL_SHARE = 0.5
 
 
 def es_strategy(
@@ -99,17 +117,17 @@ def es_strategy(
 ) -> ESSearch:
     """The :class:`ESSearch` that :func:`tuna.tune` uses for ``search="es"``.
 
-    Per round it scores as many candidates as MetaSchedule's EvolutionarySearch asks its
-    cost model for with the same ``population_size`` (the initial population and four
-    genetic iterations: ``5 * population_size``), with tuna's IR tier, in ``workers``
-    processes (None: one per physical core), then re-ranks the best ``ES_RERANK`` times as
-    many candidates as it hands over with the full tier, in the same workers, and records
-    their predictions in ``known`` (see :class:`ESSearch`). On a GPU without nvcc, where
-    the runner itself falls back to the IR tier, it hands over the IR tier's best. Its
-    state is kept in ``work_dir / state_file`` (one file per task of a network).
+    Per round it scores ``ES_SCORED_PER_POPULATION * population_size`` candidates with
+    tuna's IR tier (half of what MetaSchedule's EvolutionarySearch asks its cost model for
+    with the same ``population_size``), in ``workers`` processes (None: one per physical
+    core), then analyses the IR tier's best ``ES_FULL_SHARE`` of the candidates it hands over
+    with the full tier, in the same workers, and records the predictions in ``known`` (see
+    :class:`ESSearch`). On a GPU without nvcc, where the runner itself falls back to the IR
+    tier, it hands over the IR tier's best. Its state is kept in ``work_dir / state_file``
+    (one file per task of a network).
     """
     rerank = ES_RERANK if runner_tier(machine) == "full" else 0
-    generations = max(1, math.ceil(5 * population_size / ES_POPULATION))
+    generations = max(1, math.ceil(ES_SCORED_PER_POPULATION * population_size / ES_POPULATION))
     if workers is None:
         workers = psutil.cpu_count(logical=False) or os.cpu_count() or 1
     return ESSearch(
@@ -120,6 +138,7 @@ def es_strategy(
         workers=workers,
         cluster=cluster,
         rerank=rerank,
+        full_share=ES_FULL_SHARE,
         known=known,
         seed=0 if seed is None else int(seed),
         state_path=Path(work_dir) / state_file,

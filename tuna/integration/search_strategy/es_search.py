@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import tvm
 import tvm_ffi
 from tvm import s_tir
@@ -126,6 +128,14 @@ class ESSearch(PySearchStrategy):
         learned from measurements since the ES scored them (``TunaCostModel(calibrate=True)``).
     rerank_timeout : float
         CPU seconds one candidate's full analysis may use in a worker when re-ranking.
+    full_share : float
+        With ``score="ir"`` and ``rerank``: the full tier analyses the IR tier's best
+        ``full_share * n`` of the candidates, then only those of the rest that could change
+        the pick: each left out is put on the full tier's scale (its IR score plus the median
+        difference between the tiers' scores of the analysed ones), and analysed after all if
+        it would then be the best so far. The ``n`` handed over are the full tier's best, then,
+        to fill the round, the IR tier's next best with their rescaled IR predictions (never
+        the best in the database). 1: the full tier analyses every candidate handed over.
     known : Predictions, optional
         Where to record the full tier's prediction of each re-ranked candidate it hands
         over: given to ``StaticBuilder(known=...)``, it spares those candidates a second
@@ -153,6 +163,7 @@ class ESSearch(PySearchStrategy):
         timeout: float = 60.0,
         rerank: int = 0,
         rerank_timeout: float = RERANK_TIMEOUT,
+        full_share: float = 1.0,
         known: Predictions | None = None,
         seed: int = 0,
         state_path: str | os.PathLike | None = None,
@@ -170,11 +181,15 @@ class ESSearch(PySearchStrategy):
         self.generations_per_round = generations_per_round
         self.score, self.machine, self.workers, self.cluster = score, machine, workers, cluster
         self.timeout, self.seed, self.progress = timeout, seed, progress
-        self.rerank, self.rerank_timeout = int(rerank), float(rerank_timeout)
+        if not 0 < full_share <= 1:
+            raise TunaError(f"ESSearch(full_share={full_share}): give a share in (0, 1]")
+        self.rerank, self.rerank_timeout, self.full_share = int(rerank), float(rerank_timeout), float(full_share)
         self.known = known
         self.state_path = Path(state_path) if state_path is not None else None
         #: Work-directory errors raised during the run (shared with clones): see :func:`tuna.tune`.
         self.failures: list[WorkDirError] = []
+        #: Candidates handed over with the IR tier's prediction (``full_share``), shared with clones.
+        self.ir_handed: list[int] = [0]
         self._ctx = None
         self._run: _Run | None = None
 
@@ -213,13 +228,14 @@ class ESSearch(PySearchStrategy):
             timeout=self.timeout,
             rerank=self.rerank,
             rerank_timeout=self.rerank_timeout,
+            full_share=self.full_share,
             known=self.known,
             seed=self.seed,
             state_path=self.state_path,
             progress=self.progress,
             config=self.config,
         )
-        twin.failures = self.failures
+        twin.failures, twin.ir_handed = self.failures, self.ir_handed
         return twin
 
 
@@ -412,20 +428,57 @@ class _Run:
             now = self.cost_model.predict(self.ctx, [_measure_candidate(sch) for _, sch, _ in chosen])
             order = sorted(range(len(chosen)), key=lambda i: -now[i])
             return [chosen[i] for i in order[:want]]
-        todo = [c for c, _, _ in chosen if c not in self.full]
-        payloads = [{"trace": self.spaces.trace(c), "tier": "full"} for c in todo]
         start = time.perf_counter()
-        self.full.update(zip(todo, self._scored(profile.FULL, payloads, timeout=self.owner.rerank_timeout)))
-        failed = {c for c, _, _ in chosen if self.full[c] <= WORST_SCORE}
+        share = self.owner.full_share
+        analysed = chosen if share >= 1 else chosen[:max(1, math.ceil(share * want))]
+        self._full_scores([c for c, _, _ in analysed])
+        rest = chosen[len(analysed):]
+        while rest:
+            # The IR tier's prediction of a candidate left out, on the full tier's scale: only
+            # one that would then be the best so far could change the pick, and it is analysed.
+            offset = self._ir_to_full([c for c, _, _ in analysed])
+            best = max((self.full[c] for c in (*self.measured, *(c for c, _, _ in analysed)) if c in self.full),
+                       default=WORST_SCORE)
+            contenders = [x for x in rest if offset is None or self.es.scores[x[0]] + offset >= best]
+            if not contenders:
+                break
+            batch = contenders[:max(1, self.owner.workers)]
+            self._full_scores([c for c, _, _ in batch])
+            analysed += batch
+            rest = [x for x in rest if x not in batch]
+        failed = {c for c, _, _ in analysed if self.full[c] <= WORST_SCORE}
         self.passed |= failed
         self.es.reject(sorted(failed))
-        logger.info("tuna search: full tier re-ranked %d candidates in %.1f s (%d failed or ran past %g CPU seconds)",
-                    len(todo), time.perf_counter() - start, len(failed), self.owner.rerank_timeout)
-        good = sorted((x for x in chosen if x[0] not in failed), key=lambda x: -self.full[x[0]])[:want]
+        logger.info("tuna search: full tier re-ranked %d of %d candidates in %.1f s (%d failed or ran past %g CPU "
+                    "seconds)", len(analysed), len(chosen), time.perf_counter() - start, len(failed),
+                    self.owner.rerank_timeout)
+        good = sorted((x for x in analysed if x[0] not in failed), key=lambda x: -self.full[x[0]])[:want]
+        offset = self._ir_to_full([c for c, _, _ in analysed])
+        # Without ``known`` the builder would compile the filler and the runner analyse it.
+        filler = rest[:want - len(good)] if offset is not None and self.owner.known is not None else []
         if self.owner.known is not None:
             for cand, _, key in good:
                 self.owner.known.add(key, Prediction.from_score(self.full[cand]))
-        return good
+            for cand, _, key in filler:
+                self.owner.known.add(key, Prediction.from_score(self.es.scores[cand] + offset))
+        self.owner.ir_handed[0] += len(filler)
+        if filler:
+            logger.info("tuna search: %d candidates handed over with the IR tier's prediction, %+.3f on the full "
+                        "tier's scale", len(filler), offset)
+        return good + filler
+
+    def _full_scores(self, cands: list[es_mod.Candidate]) -> None:
+        """Score with the full tier, in the workers, the candidates of ``cands`` it has not scored."""
+        todo = [c for c in cands if c not in self.full]
+        payloads = [{"trace": self.spaces.trace(c), "tier": "full"} for c in todo]
+        self.full.update(zip(todo, self._scored(profile.FULL, payloads, timeout=self.owner.rerank_timeout)))
+
+    def _ir_to_full(self, cands: list[es_mod.Candidate]) -> float | None:
+        """What to add to an IR-tier score to put it on the full tier's scale: the median
+        difference over ``cands`` that both tiers scored (None when none was)."""
+        both = [self.full[c] - self.es.scores[c] for c in cands
+                if self.full.get(c, WORST_SCORE) > WORST_SCORE and c in self.es.scores]
+        return float(np.median(both)) if both else None
 
     def close(self) -> None:
         self.save()
