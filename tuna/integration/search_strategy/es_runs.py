@@ -89,8 +89,8 @@ ES_RERANK = 1
 #: Within a run's first twenty generations the ES's best IR score comes within 1% of what
 #: forty find (GMM:1, SFM:1, a ResNet-18 conv and a MobileNetV2 depthwise conv); the next
 #: twenty mostly shuffle near-ties that the IR tier cannot tell apart. Measured in offline
-#: tuning (``scripts/bench_es_budget.py``: twelve workloads, the six Ansor ones and held-out
-#: set 3, 3 seeds, 64 trials, picks re-timed in one run; AMD EPYC Zen 4, 2026-11-26): 2.5
+#: tuning (``scripts/bench_es_budget.py``, runs in ``docs/bench/es-budget``: twelve workloads,
+#: the six Ansor ones and held-out set 3, 3 seeds, 64 trials, picks re-timed in one run): 2.5
 #: picked at a geometric mean of 0.875 of the pools' best against 0.869 with 5, in 0.69x the
 #: time.
 ES_SCORED_PER_POPULATION = 2.5
