@@ -14,6 +14,8 @@ logs, the built candidates) and in temporary folders.
 ``tuna bench tune WORKLOADS``        offline tuning with tuna against measured tuning, picks timed here
 ``tuna bench network``               whole networks: tuna, MetaSchedule, untuned and PyTorch, timed here
 ``tuna bench hybrid [WORKLOADS]``    tuning with few measurements: trials each tuner needs to MetaSchedule's best
+``tuna bench gpu-bundle|gpu-time|gpu-pools``  GPU pools: kernels bundled here, timed on a GPU machine
+                                     without TVM, joined into pools
 ``tuna bench launch``                the cost of one TVM parallel region on this machine
 ``tuna bench report``                BENCHMARKS.md from the JSON the bench commands wrote
 ``tuna calibrate POOLS``             fit the linear model's coefficients to measured pools
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import re
 import sys
@@ -529,6 +532,88 @@ def _bench_collect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_gpu_bundle(args: argparse.Namespace) -> int:
+    from . import integration
+    from .bench import gpu_collect
+    from .integration.measure import gpu_bundle
+
+    _quiet_tvm()
+    out = _check_output(args.output)
+    if args.candidates < 1:
+        raise TunaError(f"--candidates must be at least 1, not {args.candidates}")
+    for w in args.workloads:
+        integration.load_workload(w)  # an unknown workload fails before anything else
+    bundle = gpu_bundle.bundle_header(args.target)
+    bundle["workloads"] = []
+    _stderr(f"== tuna bench gpu-bundle: {len(args.workloads)} workloads for {bundle['preset']} ({bundle['arch']}), "
+            f"{args.candidates} random candidates each" + (f" and a tuna search of {args.tuna_trials} trials"
+                                                          if args.tuna_trials else ""))
+    for w in args.workloads:
+        bundle["workloads"].append(gpu_bundle.bundle_workload(w, args.target, args.candidates, seed=args.seed,
+                                                              tuna_trials=args.tuna_trials, progress=_stderr))
+        gpu_collect.write_json(out, gpu_collect.check_bundle(bundle))  # what is done so far is kept
+    total = sum(len(w["candidates"]) for w in bundle["workloads"])
+    print(f"wrote {out}: {total} candidates of {len(bundle['workloads'])} workloads; time them on a "
+          f"{bundle['arch']} GPU with `tuna bench gpu-time {out.name} -o TIMES.json`")
+    return 0
+
+
+def _bench_gpu_time(args: argparse.Namespace) -> int:
+    from .bench import gpu_collect
+
+    out = _check_output(args.output)
+    bundle = gpu_collect.read_bundle(args.bundle)
+    total = sum(len(w["candidates"]) for w in bundle["workloads"])
+    _stderr(f"== tuna bench gpu-time {args.bundle}: {total} candidates of {len(bundle['workloads'])} workloads, "
+            f"two passes")
+    times = gpu_collect.time_bundle(bundle, jobs=args.jobs, progress=_stderr,
+                                    partial=lambda t: gpu_collect.write_json(out, t))
+    gpu_collect.write_json(out, times)
+    ok = sum(1 for rows in times["workloads"].values() for a, b, err in rows if a is not None and b is not None)
+    print(f"wrote {out}: {ok} of {total} candidates timed twice on {times['device']['device']}")
+    return 0
+
+
+def _bench_gpu_pools(args: argparse.Namespace) -> int:
+    from . import bench
+    from .bench import gpu_collect
+
+    folder = Path(args.output)
+    if not folder.is_dir():
+        raise TunaError(f"--output {folder}: no such folder")
+    if args.json:
+        _check_output(args.json)
+    bundle = gpu_collect.read_bundle(args.bundle)
+    times = gpu_collect.read_times(args.times)
+    rows = []
+    for stem, pool in gpu_collect.pools_from_bundle(bundle, times):
+        path = folder / f"{stem}.json.gz"
+        try:
+            loaded = bench.write_pool(path, pool)
+        except bench.PoolError as err:  # no candidate timed: say so, write the others
+            _stderr(f"{stem}: not written: {err}")
+            continue
+        print(f"wrote {path}: {len(loaded)} candidates timed ({loaded.failed} failed)")
+        rows.append({"pool": stem, "family": loaded.family, **gpu_collect.pick_summary(pool)})
+    us = lambda v: "-" if v is None else f"{v * 1e6:,.1f}"  # noqa: E731
+    ratio = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+    print(f"\ntimed on {times['device']['device']} ({times['device'].get('compute_capability', '?')}); "
+          "pick: the tuna search's candidate predicted fastest; best/pick 1.000: it is the pool's fastest")
+    print(f"{'pool':44} {'timed':>5} {'best us':>10} {'random best':>11} {'pick us':>10} {'best/pick':>9} "
+          f"{'its rank':>8}")
+    for r in rows:
+        print(f"{r['pool']:44} {r['timed']:>5} {us(r.get('best')):>10} {us(r.get('random_best')):>11} "
+              f"{us(r.get('pick')):>10} {ratio(r.get('best_to_pick')):>9} {r.get('fastest_rank', '-'):>8}")
+    picks = [r["best_to_pick"] for r in rows if r.get("best_to_pick")]
+    if picks:
+        mean = math.exp(sum(map(math.log, picks)) / len(picks))
+        print(f"geometric mean best/pick over {len(picks)} pools: {mean:.3f}")
+    if args.json:
+        _check_output(args.json).write_text(json.dumps({"device": times["device"], "pools": rows}, indent=1))
+        print(f"wrote {args.json}")
+    return 0
+
+
 def _bench_launch(args: argparse.Namespace) -> int:
     from .bench.records import tvm_threads
     from .integration import measure
@@ -893,6 +978,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--work-dir", help="MetaSchedule's work directory (default: beside the output)")
     p.add_argument("--output", "-o", required=True, help="pool JSON file to write (.json.gz: gzipped)")
     p.set_defaults(func=_bench_collect)
+
+    p = bench_sub.add_parser("gpu-bundle", help="candidates of workloads as CUDA kernels, to time on a GPU machine "
+                                                "(gpu-time) that needs no TVM")
+    p.add_argument("workloads", nargs="+", help="built-in workloads NAME:INDEX or network tasks NETWORK/TASK")
+    p.add_argument("--target", "-t", required=True, help="GPU preset (e.g. h100)")
+    p.add_argument("--candidates", type=int, default=200, help="random candidates per workload (default 200)")
+    p.add_argument("--tuna-trials", type=int, default=0, metavar="N",
+                   help="also every candidate a tuna search of N trials handed over (default 0: none)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--output", "-o", required=True, help="bundle file to write (.json.gz: gzipped)")
+    p.set_defaults(func=_bench_gpu_bundle)
+
+    p = bench_sub.add_parser("gpu-time", help="on the GPU machine: compile and time a bundle's kernels (nvcc, CuPy)")
+    p.add_argument("bundle", help="a bundle of tuna bench gpu-bundle")
+    p.add_argument("--jobs", type=int, help="nvcc processes at a time (default: the CPU count)")
+    p.add_argument("--output", "-o", required=True, help="times file to write (JSON)")
+    p.set_defaults(func=_bench_gpu_time)
+
+    p = bench_sub.add_parser("gpu-pools", help="a bundle and its times as measured pools, one per workload")
+    p.add_argument("bundle", help="a bundle of tuna bench gpu-bundle")
+    p.add_argument("times", help="its times file of tuna bench gpu-time")
+    p.add_argument("--output", "-o", required=True, help="folder to write the pools to")
+    p.add_argument("--json", help="also write the table of tuna's picks as JSON")
+    p.set_defaults(func=_bench_gpu_pools)
 
     p = bench_sub.add_parser("launch", help="measure the cost of one TVM parallel region on this machine")
     p.add_argument("--target", "-t", help=HERE_TARGET)

@@ -33,14 +33,8 @@ class _UnknownError(Exception):
     """An expression the first-warp evaluator cannot give a value."""
 
 
-def lower_to_cuda(mod: tvm.IRModule, target: Target) -> tuple[tvm.IRModule, str]:
-    """The lowered device functions of a scheduled module and their CUDA C.
-
-    Raises
-    ------
-    AnalysisError
-        When TVM cannot lower the module or generate CUDA for it.
-    """
+def _lower(mod: tvm.IRModule, target: Target) -> tuple[tvm.IRModule, tvm.IRModule, str]:
+    """The lowered host module, the lowered device functions and their CUDA C."""
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
     from tvm.tirx.build import codegen_build, split_host_device_mods
 
@@ -50,7 +44,7 @@ def lower_to_cuda(mod: tvm.IRModule, target: Target) -> tuple[tvm.IRModule, str]
         mod = tvm.tirx.transform.BindTarget(target.with_host(host))(mod)
         pipeline, _, finalize_device = tvm.tirx.get_default_tir_pipeline(target)
         mod = pipeline(mod)
-        _, devices = split_host_device_mods(mod)
+        host_mod, devices = split_host_device_mods(mod)
         if not devices:
             raise AnalysisError("the candidate lowered to no device function")
         (dev_target, device), *_ = devices.items()
@@ -60,7 +54,106 @@ def lower_to_cuda(mod: tvm.IRModule, target: Target) -> tuple[tvm.IRModule, str]
         raise
     except Exception as err:
         raise AnalysisError(f"TVM could not generate CUDA for the candidate: {type(err).__name__}: {err}") from err
+    return host_mod, device, source
+
+
+def lower_to_cuda(mod: tvm.IRModule, target: Target) -> tuple[tvm.IRModule, str]:
+    """The lowered device functions of a scheduled module and their CUDA C.
+
+    Raises
+    ------
+    AnalysisError
+        When TVM cannot lower the module or generate CUDA for it.
+    """
+    _, device, source = _lower(mod, target)
     return device, source
+
+
+def _host_nodes(stmt, out: list) -> None:
+    """Every statement and call of a lowered host function, depth first, in program order."""
+    kind = type(stmt).__name__
+    out.append(stmt)
+    if kind == "SeqStmt":
+        for child in stmt.seq:
+            _host_nodes(child, out)
+        return
+    if kind == "Evaluate":
+        _host_nodes(stmt.value, out)
+        return
+    if kind == "Call":
+        return
+    for name in ("body", "then_case", "else_case"):
+        child = getattr(stmt, name, None)
+        if child is not None and hasattr(child, "same_as"):
+            _host_nodes(child, out)
+
+
+def launch_plan(mod: tvm.IRModule, target: Target) -> dict[str, Any]:
+    """What it takes to run a scheduled module's kernels outside TVM: CUDA C and its launches.
+
+    The host function TVM generates calls each kernel with the data pointers of the
+    module's buffers (or of workspaces it allocates) and the launch extents; this reads
+    those calls, so that a plain CUDA driver (CuPy, :mod:`tuna.bench.gpu_collect`) can run
+    the kernels as TVM's runtime would, on a GPU machine without TVM.
+
+    Returns
+    -------
+    dict
+        ``source`` (CUDA C); ``kernels``: in launch order, each ``name``, ``grid`` and
+        ``block`` (three extents each), ``shared_dyn`` (bytes of dynamic shared memory) and
+        ``args`` (buffer names); ``workspace``: the buffers the host allocates, by name,
+        each ``elems`` and ``dtype``. Every other argument is a parameter of the module's
+        function, by its name there.
+
+    Raises
+    ------
+    AnalysisError
+        When TVM cannot lower the module, or a kernel call has an argument this cannot name.
+    """
+    host_mod, _, source = _lower(mod, target)
+    (func,) = [f for f in mod.functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
+    params = {str(p.name) for p in func.params}
+    entry = [f for f in host_mod.functions.values()
+             if isinstance(f, tvm.tirx.PrimFunc) and f.attrs and f.attrs.get("tirx.is_entry_func")]
+    if len(entry) != 1:
+        raise AnalysisError(f"the lowered host module has {len(entry)} entry functions, expected 1")
+    nodes: list = []
+    _host_nodes(entry[0].body, nodes)
+    allocated: dict[str, dict[str, Any]] = {}
+    kernels = []
+    for node in nodes:
+        kind = type(node).__name__
+        if kind == "AllocBuffer":
+            buf = node.buffer
+            if str(buf.name) not in params:
+                elems = math.prod(int(s) for s in buf.shape)
+                allocated[str(buf.name)] = {"elems": elems, "dtype": str(buf.dtype)}
+        elif kind == "Call" and str(getattr(node.op, "name", "")).endswith("call_ffi_kernel"):
+            launch = [str(p) for p in getattr(node.attrs, "launch_params", None) or []]
+            args = list(node.args[1:])
+            extents = [int(a.value) for a in args[len(args) - len(launch):]] if launch else []
+            buffers = args[: len(args) - len(launch)]
+            arg_names = []
+            for a in buffers:
+                # the host passes each buffer's data pointer: tirx.buffer_data(buffer)
+                is_data = type(a).__name__ == "Call" and str(getattr(a.op, "name", "")).endswith("buffer_data")
+                name = str(a.args[0].name) if is_data else ""
+                if name not in params and name not in allocated:
+                    raise AnalysisError(f"kernel {node.args[0].value}: argument {a} is neither a parameter of the "
+                                        "module nor a buffer its host function allocates")
+                arg_names.append(name)
+            dims = dict(zip(launch, extents))
+            kernels.append({
+                "name": str(node.args[0].value),
+                "grid": [dims.get(f"blockIdx.{c}", 1) for c in "xyz"],
+                "block": [dims.get(f"threadIdx.{c}", 1) for c in "xyz"],
+                "shared_dyn": dims.get("tirx.use_dyn_shared_memory", 0),
+                "args": arg_names,
+            })
+    if not kernels:
+        raise AnalysisError("the lowered host function launches no kernel")
+    used = {n for k in kernels for n in k["args"]}
+    return {"source": source, "kernels": kernels, "workspace": {n: w for n, w in allocated.items() if n in used}}
 
 
 # ---------------------------------------------------------------------------------------
