@@ -3,6 +3,8 @@
 Laid out as the data flows (this file only re-exports their public names):
 
 - :mod:`.pools`: the measured pools (:class:`Pool`, :func:`load_pool`, :func:`write_pool`, :func:`shipped_pools`);
+- :mod:`.gpu_collect`: GPU pools measured on a machine without TVM (bundles of CUDA
+  kernels timed with CuPy; not imported here);
 - :mod:`.features`: tuna's features of their candidates, per tier;
 - :mod:`.calibration`: the linear model fitted to them (``tuna calibrate``,
   leave-one-pool-out and leave-one-family-out fits);

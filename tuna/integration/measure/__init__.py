@@ -5,6 +5,8 @@
   tuna's offline tuning against it (``tuna bench collect``, ``tuna bench tune``);
 - :mod:`.whole_networks`: whole networks tuned and timed (``tuna bench network``);
 - :mod:`.hybrid`: tuning with few measurements compared (``tuna bench hybrid``);
+- :mod:`.gpu_bundle`: candidates lowered to CUDA kernels for timing on a GPU machine
+  (``tuna bench gpu-bundle``; the timing is :mod:`tuna.bench.gpu_collect`'s);
 - :mod:`.scorers`: the scorers of :func:`tuna.bench.evaluate` (XGBModel, tuna's features).
 """
 
