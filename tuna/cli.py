@@ -14,8 +14,9 @@ logs, the built candidates) and in temporary folders.
 ``tuna bench tune WORKLOADS``        offline tuning with tuna against measured tuning, picks timed here
 ``tuna bench network``               whole networks: tuna, MetaSchedule, untuned and PyTorch, timed here
 ``tuna bench hybrid [WORKLOADS]``    tuning with few measurements: trials each tuner needs to MetaSchedule's best
-``tuna bench gpu-bundle|gpu-time|gpu-pools``  GPU pools: kernels bundled here, timed on a GPU machine
-                                     without TVM, joined into pools
+``tuna bench gpu-bundle WORKLOADS`` GPU pools, step 1: candidates as CUDA kernels, to time on a GPU machine
+``tuna bench gpu-time BUNDLE``       step 2, on the GPU machine (nvcc and CuPy, no TVM): time them twice
+``tuna bench gpu-pools BUNDLE TIMES`` step 3: bundle and times as pools, and how fast tuna's pick ran
 ``tuna bench launch``                the cost of one TVM parallel region on this machine
 ``tuna bench report``                BENCHMARKS.md from the JSON the bench commands wrote
 ``tuna calibrate POOLS``             fit the linear model's coefficients to measured pools

@@ -110,9 +110,11 @@ def launch_plan(mod: tvm.IRModule, target: Target) -> dict[str, Any]:
     AnalysisError
         When TVM cannot lower the module, or a kernel call has an argument this cannot name.
     """
+    funcs = [f for f in mod.functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
+    if len(funcs) != 1:
+        raise AnalysisError(f"a launch plan is made for a module of one function, not {len(funcs)}")
+    params = {str(p.name) for p in funcs[0].params}
     host_mod, _, source = _lower(mod, target)
-    (func,) = [f for f in mod.functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
-    params = {str(p.name) for p in func.params}
     entry = [f for f in host_mod.functions.values()
              if isinstance(f, tvm.tirx.PrimFunc) and f.attrs and f.attrs.get("tirx.is_entry_func")]
     if len(entry) != 1:
@@ -131,7 +133,10 @@ def launch_plan(mod: tvm.IRModule, target: Target) -> dict[str, Any]:
         elif kind == "Call" and str(getattr(node.op, "name", "")).endswith("call_ffi_kernel"):
             launch = [str(p) for p in getattr(node.attrs, "launch_params", None) or []]
             args = list(node.args[1:])
-            extents = [int(a.value) for a in args[len(args) - len(launch):]] if launch else []
+            extents = args[len(args) - len(launch):] if launch else []
+            if any(type(e).__name__ != "IntImm" for e in extents):
+                raise AnalysisError(f"kernel {node.args[0].value}: a launch extent is not a constant")
+            extents = [int(e.value) for e in extents]
             buffers = args[: len(args) - len(launch)]
             arg_names = []
             for a in buffers:
