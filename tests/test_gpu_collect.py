@@ -230,6 +230,8 @@ def test_cli_gpu_commands_check_their_input(tmp_path, capsys):
     assert cli.main(["bench", "gpu-pools", str(tmp_path / "missing.json"), str(tmp_path / "t.json"),
                      "-o", str(tmp_path)]) == 2
     assert "cannot read bundle" in capsys.readouterr().err
+    assert cli.main(["bench", "gpu-time", str(tmp_path / "b.json"), "--jobs", "0", "-o", str(tmp_path / "t.json")]) == 2
+    assert "--jobs must be at least 1" in capsys.readouterr().err
 
 
 @pytest.mark.gpu

@@ -563,6 +563,8 @@ def _bench_gpu_time(args: argparse.Namespace) -> int:
     from .bench import gpu_collect
 
     out = _check_output(args.output)
+    if args.jobs is not None and args.jobs < 1:
+        raise TunaError(f"--jobs must be at least 1, not {args.jobs}")
     bundle = gpu_collect.read_bundle(args.bundle)
     total = sum(len(w["candidates"]) for w in bundle["workloads"])
     _stderr(f"== tuna bench gpu-time {args.bundle}: {total} candidates of {len(bundle['workloads'])} workloads, "
@@ -596,8 +598,13 @@ def _bench_gpu_pools(args: argparse.Namespace) -> int:
             continue
         print(f"wrote {path}: {len(loaded)} candidates timed ({loaded.failed} failed)")
         rows.append({"pool": stem, "family": loaded.family, **gpu_collect.pick_summary(pool)})
-    us = lambda v: "-" if v is None else f"{v * 1e6:,.1f}"  # noqa: E731
-    ratio = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+
+    def us(v: float | None) -> str:
+        return "-" if v is None else f"{v * 1e6:,.1f}"
+
+    def ratio(v: float | None) -> str:
+        return "-" if v is None else f"{v:.3f}"
+
     print(f"\ntimed on {times['device']['device']} ({times['device'].get('compute_capability', '?')}); "
           "pick: the tuna search's candidate predicted fastest; best/pick 1.000: it is the pool's fastest")
     print(f"{'pool':44} {'timed':>5} {'best us':>10} {'random best':>11} {'pick us':>10} {'best/pick':>9} "
