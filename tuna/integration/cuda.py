@@ -73,19 +73,13 @@ def _host_nodes(stmt, out: list) -> None:
     """Every statement and call of a lowered host function, depth first, in program order."""
     kind = type(stmt).__name__
     out.append(stmt)
-    if kind == "SeqStmt":
-        for child in stmt.seq:
-            _host_nodes(child, out)
-        return
     if kind == "Evaluate":
         _host_nodes(stmt.value, out)
         return
     if kind == "Call":
         return
-    for name in ("body", "then_case", "else_case"):
-        child = getattr(stmt, name, None)
-        if child is not None and hasattr(child, "same_as"):
-            _host_nodes(child, out)
+    for child in _Walker._children(stmt):
+        _host_nodes(child, out)
 
 
 def launch_plan(mod: tvm.IRModule, target: Target) -> dict[str, Any]:
