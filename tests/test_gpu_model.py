@@ -115,3 +115,60 @@ def test_unrolled_loops_cost_no_loop_control():
     a, b = estimate(rolled, a100).features, estimate(unrolled, a100).features
     assert a["thread_loop"] == 3 * 64 and b.get("thread_loop", 0) == 0
     assert b["issue_cycles"] < a["issue_cycles"]
+
+
+def _vthread_kernel(vthreads):
+    """A 128-block, 64-thread kernel whose threads each own a 4-element tile, ``vthreads`` times."""
+    tile = Allocation("acc", "local", 4, 4, loop="tx")
+    idx = (Index((("i", 1),)),)
+    update = Statement(
+        "acc", (Access("A", False, (Index((("k", 1),)),), (64,), 4), Access("acc", False, idx, (4,), 4, "local"),
+                Access("acc", True, idx, (4,), 4, "local")), (("fma", 1),),
+    )
+    body = Loop("k", 64, LoopKind.SERIAL, (Loop("i", 4, LoopKind.UNROLLED, (update,)),))
+    tx = Loop("tx", 64, LoopKind.THREAD, (body,), thread="threadIdx.x")
+    vt = Loop("vt", vthreads, LoopKind.THREAD, (tx,), thread="vthread.x")
+    return KernelIR("main", (Loop("bx", 128, LoopKind.THREAD, (vt,), thread="blockIdx.x"),), allocations=(tile,))
+
+
+def test_virtual_threads_multiply_each_threads_work_and_registers():
+    # InjectVirtualThread copies the body (and the thread's arrays) into each thread: 8
+    # virtual threads do 8 times the multiply-adds in the same 64 threads.
+    from tuna.gpu.ir_tier import estimate
+
+    h100 = machine.preset("h100")
+    one, eight = estimate(_vthread_kernel(1), h100).features, estimate(_vthread_kernel(8), h100).features
+    assert (one["threads_per_block"], eight["threads_per_block"]) == (64, 64)
+    assert eight["thread_fma"] == 8 * one["thread_fma"] == 8 * 64 * 4
+    assert eight["registers"] - one["registers"] == 7 * 4
+    assert eight["issue_cycles"] > 4 * one["issue_cycles"]
+    # The copies are independent: they add no latency to a thread's chain.
+    assert eight["warp_latency_cycles"] == one["warp_latency_cycles"]
+
+
+def test_each_kernel_of_a_candidate_is_timed_with_its_own_grid():
+    # A matmul on 8 blocks of 384 threads, then its epilogue on 256 blocks of 1024 threads:
+    # two launches, not one kernel of 256 blocks of 1024 threads doing both.
+    from tuna.gpu.ir_tier import estimate, launches
+
+    h100 = machine.preset("h100")
+    matmul = _gpu_kernel(8, 384)
+    idx = (Index((("b", 1024), ("t", 1))),)
+    epilogue = Statement("D", (Access("C", False, idx, (8 * 384,), 4), Access("D", True, idx, (8 * 384,), 4)),
+                         (("math", 1),))
+    epi = Loop("b", 256, LoopKind.THREAD, (Loop("t", 1024, LoopKind.THREAD, (epilogue,), thread="threadIdx.x"),),
+               thread="blockIdx.x")
+    both = KernelIR("main", (*matmul.body, epi))
+    parts = launches(both)
+    assert [(p.body, n) for p, n in parts] == [(matmul.body, 1), ((epi,), 1)]
+    est = estimate(both, h100).features
+    alone = estimate(matmul, h100).features
+    assert est["launches"] == 2
+    # The matmul, the heavier kernel, describes the candidate; its cycles are counted as if alone.
+    assert (est["blocks"], est["threads_per_block"]) == (8, 384)
+    assert est["issue_cycles"] > alone["issue_cycles"]
+    assert est["issue_cycles"] < 1.5 * alone["issue_cycles"]
+    # A kernel inside a serial host loop is launched once per iteration.
+    looped = KernelIR("main", (Loop("r", 3, LoopKind.SERIAL, matmul.body),))
+    assert [n for _, n in launches(looped)] == [3]
+    assert estimate(looped, h100).features["launches"] == 3

@@ -1,18 +1,21 @@
 """The GPU IR tier: a static estimate of a CUDA schedule from its loop tree alone.
 
-Thread-bound loops give the grid and block shape; statements give the instructions each
-thread executes; allocations give shared memory per block and an estimate of registers
-(capped as ptxas caps them under the kernel's launch bounds). Occupancy follows the CUDA
-occupancy rules (threads, registers, shared memory and block limits per SM). The terms:
-the busiest SM's issue cycles, one warp's latency not hidden by the other resident warps,
-and global traffic (per-block footprints through the L2, tensors once through memory)
-beyond the compute time.
+Each outermost thread-bound loop nest is a kernel launch of its own (:func:`launches`).
+Its thread-bound loops give the grid and block shape; statements give the instructions
+each thread executes (virtual threads are copies of the body in each thread); allocations
+give shared memory per block and an estimate of registers (capped as ptxas caps them under
+the kernel's launch bounds). Occupancy follows the CUDA occupancy rules (threads,
+registers, shared memory and block limits per SM). The terms, per kernel and summed: the
+busiest SM's issue cycles, one warp's latency not hidden by the other resident warps, and
+global traffic (per-block footprints through the L2, tensors once through memory) beyond
+the compute time.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
+from dataclasses import replace
 from types import MappingProxyType
 
 from .. import linear
@@ -20,11 +23,62 @@ from ..estimate import Estimate
 from ..ir import KernelIR, Loop, LoopKind, walk
 from ..machine import Machine
 from .footprint import buffer_footprints
-from .timing import timing
+from .timing import GpuTiming, timing
 
 #: Registers a TVM kernel thread needs besides its local arrays (addresses, indices);
 #: an assumption of the IR tier, replaced by ptxas' figure in the full tier.
 BASE_REGISTERS = 32
+
+
+def launches(kernel: KernelIR) -> tuple[tuple[KernelIR, int], ...]:
+    """The CUDA kernels a candidate launches, in order, each with how often it is launched.
+
+    TVM makes a kernel of each outermost thread-bound loop nest (``split_host_device``): a
+    fused operator whose epilogue was not inlined (a matmul, then its GELU over the whole
+    output) runs as two kernels of their own grid and block shape. Serial loops above a
+    kernel run on the host and launch it once per iteration; statements outside any
+    thread-bound loop make a one-thread kernel. Each kernel keeps the allocations its
+    statements name.
+    """
+    found: list[tuple[tuple, int]] = []
+
+    def visit(nodes, times: int) -> None:
+        loose: list = []
+        for node in nodes:
+            if isinstance(node, Loop) and node.kind != LoopKind.THREAD and _has_threads(node.body):
+                if loose:
+                    found.append((tuple(loose), times))
+                    loose = []
+                visit(node.body, times * node.extent)
+            elif isinstance(node, Loop) and node.kind == LoopKind.THREAD:
+                if loose:
+                    found.append((tuple(loose), times))
+                    loose = []
+                found.append(((node,), times))
+            else:
+                loose.append(node)
+        if loose:
+            found.append((tuple(loose), times))
+
+    visit(kernel.body, 1)
+    if len(found) == 1 and found[0][1] == 1:
+        return ((kernel, 1),)
+    out = []
+    for body, times in found:
+        named = {acc.buffer for stmt, _ in walk(body) for acc in stmt.accesses}
+        allocs = tuple(a for a in kernel.allocations if a.name in named)
+        out.append((replace(kernel, body=body, allocations=allocs), times))
+    return tuple(out)
+
+
+def _per_thread(loop: Loop) -> bool:
+    """Whether each thread runs every iteration of ``loop``: serial loops, and virtual
+    threads, which TVM's InjectVirtualThread turns into copies of the body in each thread."""
+    return loop.kind != LoopKind.THREAD or (loop.thread or "").startswith("vthread")
+
+
+def _has_threads(nodes) -> bool:
+    return any(isinstance(n, Loop) and (n.kind == LoopKind.THREAD or _has_threads(n.body)) for n in nodes)
 
 
 def occupancy(threads: int, registers: int, shared_bytes: int, machine: Machine) -> int:
@@ -142,6 +196,13 @@ def _allocated(kernel: KernelIR, scope: str, outside: tuple[str, ...]) -> int:
     for a in kernel.allocations:
         if a.scope.startswith(scope):
             total += min(a.elements * a.dtype_bytes, boxes.get(a.name, a.elements * a.dtype_bytes))
+    if scope == "local":  # InjectVirtualThread gives each virtual thread its own copy of a thread's arrays
+        vthreads: dict[str, int] = {}
+        for _, loops in walk(kernel.body):
+            for lp in loops:
+                if (lp.thread or "").startswith("vthread"):
+                    vthreads[lp.thread] = max(vthreads.get(lp.thread, 1), lp.extent)
+        total *= math.prod(vthreads.values())
     return total
 
 
@@ -174,11 +235,11 @@ def _unrolled(nodes, budget: int = 0, found: set[int] | None = None) -> tuple[se
             steps += 1
             continue
         _, inner = _unrolled(node.body, max(budget, node.unroll_max_step), found)
-        if node.kind == LoopKind.THREAD:
+        if not _per_thread(node):
             steps += inner
             continue
         total = node.extent * inner
-        if node.kind in (LoopKind.UNROLLED, LoopKind.VECTORIZED) or total <= budget:
+        if node.kind in (LoopKind.UNROLLED, LoopKind.VECTORIZED, LoopKind.THREAD) or total <= budget:
             found.add(id(node))
         steps += total
     return found, steps
@@ -189,7 +250,7 @@ def _rolled_iterations(nodes, unrolled: set[int], outer: int = 1) -> int:
     total = 0
     for node in nodes:
         if isinstance(node, Loop):
-            trips = 1 if node.kind == LoopKind.THREAD else node.extent
+            trips = node.extent if _per_thread(node) else 1
             rolled = node.kind != LoopKind.THREAD and id(node) not in unrolled
             total += (outer * trips if rolled else 0) + _rolled_iterations(node.body, unrolled, outer * trips)
     return total
@@ -219,19 +280,51 @@ def registers(threads: int, local_bytes: int, machine: Machine) -> tuple[int, in
 def estimate(kernel: KernelIR, machine: Machine) -> Estimate:
     """Predict the run time of ``kernel`` on the GPU ``machine`` from its loop tree.
 
+    Each kernel the candidate launches (:func:`launches`) is timed on its own
+    (:func:`kernel_terms`) and their cycles add up; the candidate's descriptive features
+    (grid, block, occupancy) are those of the kernel with the most cycles. The terms of
+    :data:`tuna.linear.GPU_TERMS` combine with the target's ``ir`` coefficients.
+    """
+    tab = timing(machine)
+    feats: Counter = Counter()
+    heaviest = -1.0
+    for part, times in launches(kernel):
+        one = kernel_terms(part, machine, tab)
+        cycles = one.get("issue_cycles", 0.0) + one.get("latency_cycles", 0.0) + one.get("memory_cycles", 0.0)
+        for key in ("issue_cycles", "latency_cycles", "memory_cycles", "flops", "global_bytes", "dram_bytes"):
+            feats[key] += times * one.get(key, 0.0)
+        feats["infeasible"] += one.get("infeasible", 0)
+        feats["launches"] += times
+        if cycles > heaviest:
+            heaviest = cycles
+            described = one
+    for key, value in described.items():
+        feats.setdefault(key, value)
+    feats["const"] = 1
+    if feats["infeasible"]:  # a block that cannot run: a second of issue cycles ranks it last under any coefficients
+        feats["issue_cycles"] = machine.frequency_ghz * 1e9
+        return Estimate(seconds=1.0, tier="ir", features=MappingProxyType(dict(feats)))
+    del feats["infeasible"]
+    seconds = linear.seconds(feats, linear.coefficients(machine, "ir"), machine)
+    return Estimate(seconds=seconds, tier="ir", features=MappingProxyType(dict(feats)))
+
+
+def kernel_terms(kernel: KernelIR, machine: Machine, tab: GpuTiming) -> Counter:
+    """Cycle terms and features of one CUDA kernel (one launch) from its loop tree.
+
     Each thread's instructions come from its statements (operations, one address
     computation per shared or global access, loop control where loops stay rolled; local
     arrays live in registers, but for the share ptxas spills); the busiest SM issues its
     blocks' warps' instructions at the architecture's per-class throughput
-    (``tuna/data/gpu/<arch>.toml``); a wave of resident blocks takes at least one warp's
-    latency-bound cycles, its loads' and operations' latencies one after another (on the
-    15 A100 development pools this ranked better than letting the loads of an unrolled loop
-    wait once: top-10 0.77 against 0.59, 256 candidates a pool); global traffic crosses the
-    L2 and, once per tensor where they fit in it, the memory interface. The terms of
-    :data:`tuna.linear.GPU_TERMS` combine with the target's ``ir`` coefficients.
+    (``tuna/data/gpu/<arch>.toml``, ``tab``); a wave of resident blocks takes at least one
+    warp's latency-bound cycles, its loads' and operations' latencies one after another (on
+    the 15 A100 development pools this ranked better than letting the loads of an unrolled
+    loop wait once: top-10 0.77 against 0.59, 256 candidates a pool); global traffic crosses
+    the L2 and, once per tensor where they fit in it, the memory interface, and counts
+    where it outlasts the compute (``memory_cycles``). A block that cannot run is marked
+    ``infeasible``.
     """
     g = machine.gpu
-    tab = timing(machine)
     extents: dict[str, int] = {}
     per_thread: Counter = Counter()
     feats: Counter = Counter()
@@ -243,10 +336,11 @@ def estimate(kernel: KernelIR, machine: Machine) -> Estimate:
         bound = [lp for lp in loops if lp.kind == LoopKind.THREAD]
         for lp in bound:
             extents[lp.thread] = max(extents.get(lp.thread, 1), lp.extent)
-        serial = math.prod(lp.extent for lp in loops if lp.kind != LoopKind.THREAD)
+        serial = math.prod(lp.extent for lp in loops if _per_thread(lp))
         for kind, n in stmt.ops:
             per_thread[kind] += n * serial
-        # One warp's latency-bound cycles: each load's and operation's latency, one after another.
+        # One warp's latency-bound cycles: each load's and operation's latency, one after
+        # another; the copies of a virtual thread are independent and add none.
         op_latency = lat["special"] if any(k in ("special", "math", "div") for k, _ in stmt.ops) else lat["fma"]
         waits = op_latency * sum(n for _, n in stmt.ops)
         for acc in stmt.accesses:
@@ -256,7 +350,7 @@ def estimate(kernel: KernelIR, machine: Machine) -> Estimate:
                 per_thread["address"] += ADDRESS_INSTRUCTIONS * serial
             if not acc.write:
                 waits += read_latency[space]
-        chain += serial * waits
+        chain += math.prod(lp.extent for lp in loops if lp.kind != LoopKind.THREAD) * waits
         feats["flops"] += stmt.op_count() * math.prod(lp.extent for lp in loops) * (1 + (stmt.op_count("fma") > 0))
     per_thread["loop"] = LOOP_INSTRUCTIONS * _rolled_iterations(kernel.body, unrolled)
     blocks = math.prod(v for k, v in extents.items() if k.startswith("blockIdx"))
@@ -270,9 +364,9 @@ def estimate(kernel: KernelIR, machine: Machine) -> Estimate:
     per_sm = occupancy(threads, regs, shared, machine)
     feats.update(blocks=blocks, threads_per_block=threads, shared_bytes=shared, registers=regs,
                  spilled_registers=spilled, blocks_per_sm=per_sm)
-    if per_sm == 0:  # the block cannot run: a second of issue cycles ranks it last under any coefficients
-        feats.update(infeasible=1, issue_cycles=machine.frequency_ghz * 1e9, launches=1, const=1)
-        return Estimate(seconds=1.0, tier="ir", features=MappingProxyType(dict(feats)))
+    if per_sm == 0:
+        feats["infeasible"] = 1
+        return feats
     warps = math.ceil(threads / g.warp_size)
     busiest = math.ceil(blocks / g.sms)  # blocks on the busiest SM: fewer blocks than SMs idle the rest
     other = tab.throughput["other"]
@@ -300,6 +394,5 @@ def estimate(kernel: KernelIR, machine: Machine) -> Estimate:
     for key, value in per_thread.items():
         feats[f"thread_{key}"] = value
     feats.update(issue_cycles=issue, latency_cycles=latency,
-                 memory_cycles=max(0.0, max(l2_cycles, dram_cycles) - issue - latency), launches=1, const=1)
-    seconds = linear.seconds(feats, linear.coefficients(machine, "ir"), machine)
-    return Estimate(seconds=seconds, tier="ir", features=MappingProxyType(dict(feats)))
+                 memory_cycles=max(0.0, max(l2_cycles, dram_cycles) - issue - latency))
+    return feats
