@@ -145,3 +145,27 @@ def test_gpu_terms_do_not_touch_cpu_coefficients():
     zen4 = machine.preset("zen4")
     assert set(linear.coefficients(zen4, "full").values) == set(linear.TERMS)
     assert set(linear.default_coefficients(machine.preset("v100"), "full").values) == set(linear.GPU_TERMS)
+
+
+def test_ir_tier_bank_conflicts_agree_with_the_lowered_code(a100, gmm_candidates):
+    # Differential: the first warp's shared addresses that the IR tier evaluates on the
+    # scheduled TIR (Access.warp) give the same conflict degrees as those the full tier reads
+    # from the lowered, unrolled device code (which holds one access per unrolled copy).
+    from tuna.gpu import banks, ir_tier
+    from tuna.integration.lower import kernel_from_module
+    from tuna.ir import LoopKind, walk
+
+    _, cands = gmm_candidates
+    for cand in cands:
+        device, _ = cuda.lower_to_cuda(cand.mod, integration.tvm_target(a100))
+        (walker,) = cuda.device_kernels(device).values()
+        lowered = {(a.write, banks.conflict_degree(a.byte_addresses, 32, 4, a.bytes_per_element))
+                   for a in walker.accesses}
+        scheduled = set()
+        for stmt, loops in walk(kernel_from_module(cand.mod).body):
+            vector = next((lp.extent for lp in reversed(loops) if lp.kind == LoopKind.VECTORIZED), 1)
+            for acc in stmt.accesses:
+                if acc.scope.startswith("shared"):
+                    assert len(acc.warp) == min(32, walker.dims["threadIdx.x"])
+                    scheduled.add((acc.write, ir_tier._passes(acc, "shared", vector, a100.gpu)))
+        assert scheduled == lowered

@@ -172,3 +172,38 @@ def test_each_kernel_of_a_candidate_is_timed_with_its_own_grid():
     looped = KernelIR("main", (Loop("r", 3, LoopKind.SERIAL, matmul.body),))
     assert [n for _, n in launches(looped)] == [3]
     assert estimate(looped, h100).features["launches"] == 3
+
+
+def _strided(scope, stride, write=False):
+    """One access of a warp whose threads step by ``stride`` elements of 4 bytes."""
+    return Access("S", write, (Index((("t", stride),)),), (32 * stride,), 4, scope,
+                  warp=tuple(t * stride for t in range(32)))
+
+
+@pytest.mark.parametrize(("stride", "shared", "global_"), [(1, 1, 1), (2, 2, 2), (32, 32, 8), (0, 1, 1)])
+def test_memory_pipe_passes_follow_the_warps_addresses(stride, shared, global_):
+    # Shared memory: 32 banks of 4 bytes, a stride of 2 words puts two threads on each bank, 32
+    # words all on one; a broadcast is one pass. Global memory: 32-byte sectors, 4 a clock.
+    from tuna.gpu.ir_tier import _passes
+
+    g = machine.preset("h100").gpu
+    assert _passes(_strided("shared", stride), "shared", 1, g) == shared
+    assert _passes(_strided("global", stride), "global", 1, g) == global_
+    # Unknown addresses (a CPU kernel, a subscript tuna cannot evaluate) cost one pass.
+    assert _passes(Access("S", False, (), (1,), 4, "shared"), "shared", 1, g) == 1
+
+
+def test_bank_conflicts_cost_issue_cycles():
+    from tuna.gpu.ir_tier import estimate
+
+    def kernel(stride):
+        load = Statement("C", (_strided("shared", stride), Access("C", True, (Index((("t", 1),)),), (32,), 4, "local")),
+                         (("add", 1),))
+        tx = Loop("t", 32, LoopKind.THREAD, (Loop("k", 64, LoopKind.SERIAL, (load,)),), thread="threadIdx.x")
+        return KernelIR("main", (Loop("b", 132, LoopKind.THREAD, (tx,), thread="blockIdx.x"),))
+
+    h100 = machine.preset("h100")
+    free, conflicted = estimate(kernel(1), h100).features, estimate(kernel(32), h100).features
+    assert free["shared_passes_per_access"] == 1 and conflicted["shared_passes_per_access"] == 32
+    # 64 loads, each 31 passes more, one cycle a pass.
+    assert conflicted["issue_cycles"] - free["issue_cycles"] == pytest.approx(64 * 31)

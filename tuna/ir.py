@@ -72,6 +72,11 @@ class Access:
         Bytes per element.
     scope : str
         Storage scope ("global", "shared", "local", ...).
+    warp : tuple of int
+        In a GPU kernel, the element offset (row-major over ``shape``) each thread of the
+        block's first warp accesses, with every loop variable other than ``threadIdx.x`` at
+        0: what decides shared-memory bank conflicts and global-memory coalescing. Empty
+        outside thread-bound loops and where a subscript cannot be evaluated.
     """
 
     buffer: str
@@ -80,6 +85,7 @@ class Access:
     shape: tuple[int, ...]
     dtype_bytes: int
     scope: str = "global"
+    warp: tuple[int, ...] = ()
 
     def depends_on(self, var: str) -> bool:
         """Whether the accessed address changes with loop variable ``var``."""

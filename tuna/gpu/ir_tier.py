@@ -22,6 +22,7 @@ from .. import linear
 from ..estimate import Estimate
 from ..ir import KernelIR, Loop, LoopKind, walk
 from ..machine import Machine
+from . import banks
 from .footprint import buffer_footprints
 from .timing import GpuTiming, timing
 
@@ -261,6 +262,32 @@ def _space(acc) -> str:
     return "shared" if acc.scope.startswith("shared") else "global" if acc.scope == "global" else "local"
 
 
+#: Bytes of the global-memory sector (the unit of L1/L2 transfers) and sectors the L1 serves a
+#: clock: the NVIDIA architectures since Volta (CUDA C++ Best Practices Guide, "Coalesced
+#: Access to Global Memory"; 128 bytes a clock per SM, the GA100/GH100 whitepapers).
+SECTOR_BYTES = 32
+SECTORS_PER_CLOCK = 4
+
+
+def _passes(acc, space: str, vector: int, g) -> float:
+    """Memory-pipe passes of one warp's access, per element of a thread (1: as fast as it gets).
+
+    Shared memory: the bank-conflict degree of the first warp's addresses
+    (:func:`tuna.gpu.banks.conflict_degree`). Global memory: the 32-byte sectors the warp
+    touches over the four the L1 serves a clock, per element of a ``vector``-wide access
+    (a coalesced 4-byte load touches 4 sectors; one whose threads stride by 128 bytes, 32).
+    An access whose addresses are unknown counts 1.
+    """
+    if not acc.warp:
+        return 1.0
+    size = acc.dtype_bytes
+    if space == "shared":
+        addrs = tuple(tuple((off + j) * size for j in range(vector)) for off in acc.warp)
+        return banks.conflict_degree(addrs, g.shared_banks, g.bank_bytes, size)
+    sectors = {b // SECTOR_BYTES for off in acc.warp for b in range(off * size, (off + vector) * size, 4)}
+    return max(1.0, len(sectors) / SECTORS_PER_CLOCK / vector)
+
+
 def registers(threads: int, local_bytes: int, machine: Machine) -> tuple[int, int]:
     """``(registers per thread, spilled registers)`` of a kernel whose threads hold
     ``local_bytes`` of local arrays.
@@ -327,6 +354,7 @@ def kernel_terms(kernel: KernelIR, machine: Machine, tab: GpuTiming) -> Counter:
     g = machine.gpu
     extents: dict[str, int] = {}
     per_thread: Counter = Counter()
+    pipe: Counter = Counter()  # passes of the shared and global memory pipes, per thread, and accesses
     feats: Counter = Counter()
     unrolled, _ = _unrolled(kernel.body)
     lat = machine.latency
@@ -343,11 +371,15 @@ def kernel_terms(kernel: KernelIR, machine: Machine, tab: GpuTiming) -> Counter:
         # another; the copies of a virtual thread are independent and add none.
         op_latency = lat["special"] if any(k in ("special", "math", "div") for k, _ in stmt.ops) else lat["fma"]
         waits = op_latency * sum(n for _, n in stmt.ops)
+        vector = next((lp.extent for lp in reversed(loops) if lp.kind == LoopKind.VECTORIZED), 1)
         for acc in stmt.accesses:
             space = _space(acc)
             per_thread[f"{'st' if acc.write else 'ld'}_{space}"] += serial
             if space != "local":
                 per_thread["address"] += ADDRESS_INSTRUCTIONS * serial
+                passes = _passes(acc, space, vector, g)
+                pipe[space] += serial * passes
+                pipe[f"{space}_accesses"] += serial
             if not acc.write:
                 waits += read_latency[space]
         chain += math.prod(lp.extent for lp in loops if lp.kind != LoopKind.THREAD) * waits
@@ -373,6 +405,13 @@ def kernel_terms(kernel: KernelIR, machine: Machine, tab: GpuTiming) -> Counter:
     # SM issue cycles of one warp's instructions: 32 threads over the class's throughput per SM.
     warp_issue = sum(n * g.warp_size / tab.throughput.get(_CLASS.get(k, "other"), other)
                      for k, n in per_thread.items())
+    # A shared access with bank conflicts, a global one spread over many sectors, keeps the
+    # memory pipe for more than its one issue slot.
+    ldst = g.warp_size / tab.throughput["ldst"]
+    for space in ("shared", "global"):
+        warp_issue += max(0.0, pipe[space] - pipe[f"{space}_accesses"]) * ldst
+        if pipe[f"{space}_accesses"]:
+            feats[f"{space}_passes_per_access"] = pipe[space] / pipe[f"{space}_accesses"]
     chain += per_thread["spill"] * lat.get("ld_local", lat["ld_global"])
     block_issue = warps * warp_issue
     latency = unhidden_latency(chain, block_issue, busiest, per_sm)

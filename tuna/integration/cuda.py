@@ -12,7 +12,6 @@ C goes to nvcc (:mod:`tuna.gpu.nvcc`) for PTX and ptxas' register counts.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -27,10 +26,7 @@ from ..gpu.full_tier import CompiledKernel, GpuCode
 from ..gpu.timing import timing
 from ..machine import Machine
 from .intrinsics import new_tune_context
-
-
-class _UnknownError(Exception):
-    """An expression the first-warp evaluator cannot give a value."""
+from .warp import UnknownValueError, warp_value
 
 
 def _lower(mod: tvm.IRModule, target: Target) -> tuple[tvm.IRModule, tvm.IRModule, str]:
@@ -159,68 +155,6 @@ def launch_plan(mod: tvm.IRModule, target: Target) -> dict[str, Any]:
 # The first warp's indices
 # ---------------------------------------------------------------------------------------
 
-_BINARY: dict[str, Callable[[Any, Any], Any]] = {
-    "Add": np.add,
-    "Sub": np.subtract,
-    "Mul": np.multiply,
-    "FloorDiv": np.floor_divide,
-    "FloorMod": np.mod,
-    "Div": lambda a, b: np.trunc(np.divide(a, b)).astype(np.int64),
-    "Mod": np.fmod,
-    "Min": np.minimum,
-    "Max": np.maximum,
-    "RShift": np.right_shift,
-    "LShift": np.left_shift,
-    "BitwiseAnd": np.bitwise_and,
-    "BitwiseOr": np.bitwise_or,
-    "BitwiseXor": np.bitwise_xor,
-    "EQ": np.equal,
-    "NE": np.not_equal,
-    "LT": np.less,
-    "LE": np.less_equal,
-    "GT": np.greater,
-    "GE": np.greater_equal,
-    "And": np.logical_and,
-    "Or": np.logical_or,
-}
-_CALLS = {
-    "shift_right": np.right_shift,
-    "shift_left": np.left_shift,
-    "bitwise_and": np.bitwise_and,
-    "bitwise_or": np.bitwise_or,
-    "bitwise_xor": np.bitwise_xor,
-}
-
-
-def _value(expr, env: dict) -> Any:
-    """An integer expression for the first warp: an int or an int array over its threads."""
-    kind = type(expr).__name__
-    if kind == "IntImm":
-        return int(expr.value)
-    if kind == "Var":
-        if expr not in env:
-            raise _UnknownError(str(expr))
-        return env[expr]
-    if kind in _BINARY:
-        return _BINARY[kind](np.asarray(_value(expr.a, env)), np.asarray(_value(expr.b, env)))
-    if kind == "Cast":
-        return _value(expr.value, env)
-    if kind == "Select":
-        return np.where(_value(expr.condition, env), _value(expr.true_value, env), _value(expr.false_value, env))
-    if kind == "Call":
-        name = str(getattr(expr.op, "name", expr.op)).rsplit(".", 1)[-1]
-        if name in _CALLS:
-            return _CALLS[name](np.asarray(_value(expr.args[0], env)), np.asarray(_value(expr.args[1], env)))
-        if name == "if_then_else":
-            cond, a, b = (_value(x, env) for x in expr.args)
-            return np.where(cond, a, b)
-    if kind == "Let":
-        inner = dict(env)
-        inner[expr.var] = _value(expr.value, env)
-        return _value(expr.body, inner)
-    raise _UnknownError(kind)
-
-
 def _bytes(dtype) -> int:
     t = tvm.DataType(str(dtype))
     return max(1, t.bits * t.lanes // 8)
@@ -229,11 +163,11 @@ def _bytes(dtype) -> int:
 def _addresses(index, env: dict, elem_bytes: int, warp: int) -> tuple[tuple[int, ...], ...]:
     """Byte addresses each thread of the warp touches through a flat index (a Ramp for vectors)."""
     if type(index).__name__ == "Ramp":
-        base = np.broadcast_to(np.asarray(_value(index.base, env)), (warp,))
-        stride = int(np.asarray(_value(index.stride, env)).flat[0])
+        base = np.broadcast_to(np.asarray(warp_value(index.base, env)), (warp,))
+        stride = int(np.asarray(warp_value(index.stride, env)).flat[0])
         lanes = int(index.lanes)
         return tuple(tuple(int(b + stride * k) * elem_bytes for k in range(lanes)) for b in base)
-    base = np.broadcast_to(np.asarray(_value(index, env)), (warp,))
+    base = np.broadcast_to(np.asarray(warp_value(index, env)), (warp,))
     return tuple((int(b) * elem_bytes,) for b in base)
 
 
@@ -301,7 +235,7 @@ class _Walker:
         n = len(next(iter(self.threads.values())))
         try:
             addrs = _addresses(indices[0], env, _bytes(buf.dtype), n)
-        except (_UnknownError, TypeError, ValueError):
+        except (UnknownValueError, TypeError, ValueError):
             self.skipped += 1
             return
         self.accesses.append(WarpAccess(str(buf.name), write, addrs, _bytes(buf.dtype), executions))
@@ -320,8 +254,8 @@ class _Walker:
             return
         if kind in ("Bind", "LetStmt"):
             try:
-                env[stmt.var] = _value(stmt.value, env)
-            except (_UnknownError, TypeError, ValueError):
+                env[stmt.var] = warp_value(stmt.value, env)
+            except (UnknownValueError, TypeError, ValueError):
                 env.pop(stmt.var, None)
             if kind == "LetStmt":
                 self.walk(stmt.body, env, executions)

@@ -15,11 +15,16 @@ import functools
 import math
 from typing import Any
 
+import numpy as np
 import tvm
 from tvm import s_tir, tirx
 
 from .. import ir
 from ..errors import AnalysisError
+from .warp import UnknownValueError, warp_value
+
+#: Threads of an NVIDIA warp: the threads whose addresses :attr:`tuna.ir.Access.warp` holds.
+WARP_SIZE = 32
 
 _ARITH = {
     tirx.Add: "add",
@@ -263,6 +268,10 @@ class _Extractor:
         self.loops: list[str] = []  # variables of the loops being visited, outermost first
         self.kinds: dict[str, ir.LoopKind] = {}
         self.scalarized: set[str] = set()  # vectorized loops TVM's VectorizeLoop turns serial
+        # The first warp: threadIdx.x of its threads inside a threadIdx.x loop (else None), and
+        # the values of the variables for it (every other loop at its first iteration).
+        self.lanes: np.ndarray | None = None
+        self.warp_env: dict[Any, Any] = {}
 
     def _name(self, var) -> str:
         if var not in self.names:
@@ -289,7 +298,21 @@ class _Extractor:
             shape=shape,
             dtype_bytes=_dtype_bytes(buf.dtype),
             scope=str(buf.scope()),
+            warp=self._warp_offsets(indices, shape),
         )
+
+    def _warp_offsets(self, indices, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """The element offsets of the first warp's threads (see :attr:`tuna.ir.Access.warp`)."""
+        if self.lanes is None:
+            return ()
+        try:
+            flat = np.zeros(len(self.lanes), dtype=np.int64)
+            for i, extent_after in zip(indices, (math.prod(shape[d + 1:]) for d in range(len(shape)))):
+                value = warp_value(i.base if isinstance(i, tirx.Ramp) else i, self.warp_env)
+                flat = flat + np.asarray(value, dtype=np.int64) * extent_after
+        except (UnknownValueError, TypeError, ValueError):
+            return ()
+        return tuple(int(v) for v in np.broadcast_to(flat, self.lanes.shape))
 
     def _note_lane_condition(self, cond, env) -> None:
         """Mark the enclosing vectorized loops a condition varies in: TVM's VectorizeLoop
@@ -343,7 +366,14 @@ class _Extractor:
             if not vanishes:
                 self.loops.append(name)
             self.kinds[name] = kind
+            lanes, warp_env = self.lanes, self.warp_env
+            value = int(stmt.min.value) if isinstance(stmt.min, tvm.tirx.IntImm) else 0
+            if thread == "threadIdx.x":
+                self.lanes = np.arange(min(WARP_SIZE, int(stmt.extent.value)), dtype=np.int64) + value
+                value = self.lanes
+            self.warp_env = {**warp_env, stmt.loop_var: value}
             body = tuple(self.visit(stmt.body, inner, block_name))
+            self.lanes, self.warp_env = lanes, warp_env
             if vanishes:
                 return list(body)
             self.loops.pop()
@@ -357,6 +387,11 @@ class _Extractor:
             inner = dict(env)
             for iv, value in zip(block.iter_vars, stmt.iter_values):
                 inner[iv.var] = _affine(value, env, self.extents)
+                if self.lanes is not None:
+                    try:
+                        self.warp_env[iv.var] = warp_value(value, self.warp_env)
+                    except (UnknownValueError, TypeError, ValueError):
+                        self.warp_env.pop(iv.var, None)
             for buf in block.alloc_buffers:
                 elems = math.prod(int(s) for s in buf.shape if isinstance(s, tvm.tirx.IntImm))
                 self.allocations.append(ir.Allocation(
