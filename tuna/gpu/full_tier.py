@@ -15,7 +15,8 @@ For each kernel of a candidate:
   and shared memory (:func:`tuna.gpu.ir_tier.occupancy`); each wave of resident blocks
   takes the longer of one warp's latency-bound cycles and the wave's issue cycles;
 - global memory: the per-block footprints of the TIR through the L2, and each tensor once
-  through memory where they fit in the L2 (:func:`tuna.gpu.ir_tier.global_traffic`).
+  through memory where they fit in the L2 (:func:`tuna.gpu.ir_tier.global_traffic`), per
+  kernel (:func:`tuna.gpu.ir_tier.launches`), beyond that kernel's compute time.
 
 The terms of :data:`tuna.linear.GPU_TERMS` are combined by the linear model with the
 target's coefficients.
@@ -209,8 +210,10 @@ def estimate(kernel: KernelIR, machine: Machine) -> Estimate:
     tab = timing(machine)
     feats: Counter = Counter()
     macs = 0.0
+    per_kernel = []
     for n, ck in enumerate(code.kernels):
         one = analyse_kernel(ck, machine, tab)
+        per_kernel.append(one)
         for key, value in one.items():
             if key in ("issue_cycles", "latency_cycles", "infeasible"):
                 feats[key] += value
@@ -222,10 +225,22 @@ def estimate(kernel: KernelIR, machine: Machine) -> Estimate:
         feats.update(issue_cycles=machine.frequency_ghz * 1e9, const=1.0)
         return Estimate(seconds=1.0, tier="full", features=MappingProxyType(dict(feats)))
     clock = machine.frequency_ghz * 1e9
-    l2_bytes, dram_bytes = ir_tier.global_traffic(kernel, machine)
-    memory = max(ir_tier.traffic_cycles(l2_bytes, dram_bytes, machine))
-    feats.update(global_bytes=l2_bytes, dram_bytes=dram_bytes)
-    feats["memory_cycles"] = max(0.0, memory - feats["issue_cycles"] - feats["latency_cycles"])
+    parts = ir_tier.launches(kernel)
+    if len(parts) == len(code.kernels) and all(times == 1 for _, times in parts):
+        # Each kernel's traffic against its own compute (in launch order, as TVM emits them).
+        memory = 0.0
+        for (part, _), one in zip(parts, per_kernel):
+            l2_bytes, dram_bytes = ir_tier.global_traffic(part, machine)
+            feats["global_bytes"] += l2_bytes
+            feats["dram_bytes"] += dram_bytes
+            cycles = max(ir_tier.traffic_cycles(l2_bytes, dram_bytes, machine))
+            memory += max(0.0, cycles - one.get("issue_cycles", 0.0) - one.get("latency_cycles", 0.0))
+        feats["memory_cycles"] = memory
+    else:  # the loop tree's kernels do not pair with the compiled ones: the candidate as a whole
+        l2_bytes, dram_bytes = ir_tier.global_traffic(kernel, machine)
+        memory = max(ir_tier.traffic_cycles(l2_bytes, dram_bytes, machine))
+        feats.update(global_bytes=l2_bytes, dram_bytes=dram_bytes)
+        feats["memory_cycles"] = max(0.0, memory - feats["issue_cycles"] - feats["latency_cycles"])
     tir_macs = tir_multiply_adds(kernel)
     feats["kernel_multiply_adds"] = macs
     if tir_macs:
