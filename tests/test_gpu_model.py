@@ -207,3 +207,25 @@ def test_bank_conflicts_cost_issue_cycles():
     assert free["shared_passes_per_access"] == 1 and conflicted["shared_passes_per_access"] == 32
     # 64 loads, each 31 passes more, one cycle a pass.
     assert conflicted["issue_cycles"] - free["issue_cycles"] == pytest.approx(64 * 31)
+
+
+def test_a_register_tiles_accumulators_overlap_but_a_reduction_chains():
+    # acc[i] += A[k] over k (16) and i (8): with i unrolled, the 8 accumulators are independent
+    # and a thread waits 16 multiply-adds, not 128, whether k is rolled or unrolled; with i
+    # rolled, every iteration follows the last. Each load waits in full.
+    from tuna.gpu.ir_tier import _latency_chain
+
+    h100 = machine.preset("h100")
+    acc = (Index((("i", 1),)),)
+    update = Statement("acc", (Access("A", False, (Index((("k", 1),)),), (16,), 4, "shared"),
+                               Access("acc", False, acc, (8,), 4, "local"), Access("acc", True, acc, (8,), 4, "local")),
+                       (("fma", 1),))
+    lat = h100.latency
+    reads = {"global": lat["ld_global"], "shared": lat["ld_shared"], "local": 0.0}
+    k, i = Loop("k", 16, LoopKind.SERIAL, ()), Loop("i", 8, LoopKind.UNROLLED, ())
+    loads = 128 * lat["ld_shared"]
+    assert _latency_chain(update, (k, i), {id(i)}, lat, reads) == loads + 16 * lat["fma"]
+    k_unrolled = Loop("k", 16, LoopKind.UNROLLED, ())
+    assert _latency_chain(update, (i, k_unrolled), {id(i), id(k_unrolled)}, lat, reads) == loads + 16 * lat["fma"]
+    rolled_i = Loop("i", 8, LoopKind.SERIAL, ())
+    assert _latency_chain(update, (k, rolled_i), set(), lat, reads) == loads + 128 * lat["fma"]

@@ -262,6 +262,33 @@ def _space(acc) -> str:
     return "shared" if acc.scope.startswith("shared") else "global" if acc.scope == "global" else "local"
 
 
+def _latency_chain(stmt, loops, unrolled: set[int], lat, read_latency) -> float:
+    """One thread's latency-bound cycles for a statement.
+
+    Each load waits its latency, one after another, in every iteration of the statement's
+    serial loops (on the 15 A100 development pools this ranked better than letting the loads
+    of an unrolled loop wait once: top-10 0.77 against 0.59, 256 candidates a pool). The
+    operations wait on each other only along a reduction: the copies of an unrolled loop whose
+    variable the stored subscript names update different values (a register tile's
+    accumulators) and overlap, while those of an unrolled reduction loop, and each iteration
+    of a rolled loop, follow one another. Virtual threads are independent copies: they add
+    none.
+    """
+    op_latency = lat["special"] if any(k in ("special", "math", "div") for k, _ in stmt.ops) else lat["fma"]
+    serial_loops = [lp for lp in loops if lp.kind != LoopKind.THREAD]
+    reads = [acc for acc in stmt.accesses if not acc.write]
+    writes = [acc for acc in stmt.accesses if acc.write]
+    chained = serial_loops
+    if any(acc.buffer in {w.buffer for w in writes} for acc in reads):  # an update: acc = acc + ...
+        chained = [lp for lp in serial_loops
+                   if id(lp) not in unrolled or not any(ix.depends_on(lp.var) for w in writes for ix in w.indices)]
+    else:  # each copy is independent of the others; rolled iterations still follow one another
+        chained = [lp for lp in serial_loops if id(lp) not in unrolled]
+    loads = sum(read_latency[_space(acc)] for acc in reads)
+    ops = op_latency * sum(n for _, n in stmt.ops)
+    return math.prod(lp.extent for lp in serial_loops) * loads + math.prod(lp.extent for lp in chained) * ops
+
+
 #: Bytes of the global-memory sector (the unit of L1/L2 transfers) and sectors the L1 serves a
 #: clock: the NVIDIA architectures since Volta (CUDA C++ Best Practices Guide, "Coalesced
 #: Access to Global Memory"; 128 bytes a clock per SM, the GA100/GH100 whitepapers).
@@ -343,10 +370,9 @@ def kernel_terms(kernel: KernelIR, machine: Machine, tab: GpuTiming) -> Counter:
     computation per shared or global access, loop control where loops stay rolled; local
     arrays live in registers, but for the share ptxas spills); the busiest SM issues its
     blocks' warps' instructions at the architecture's per-class throughput
-    (``tuna/data/gpu/<arch>.toml``, ``tab``); a wave of resident blocks takes at least one
-    warp's latency-bound cycles, its loads' and operations' latencies one after another (on
-    the 15 A100 development pools this ranked better than letting the loads of an unrolled
-    loop wait once: top-10 0.77 against 0.59, 256 candidates a pool); global traffic crosses
+    (``tuna/data/gpu/<arch>.toml``, ``tab``), shared and global accesses for as many passes
+    as their first warp's addresses take (:func:`_passes`); a wave of resident blocks takes at
+    least one warp's latency-bound cycles (:func:`_latency_chain`); global traffic crosses
     the L2 and, once per tensor where they fit in it, the memory interface, and counts
     where it outlasts the compute (``memory_cycles``). A block that cannot run is marked
     ``infeasible``.
@@ -367,10 +393,6 @@ def kernel_terms(kernel: KernelIR, machine: Machine, tab: GpuTiming) -> Counter:
         serial = math.prod(lp.extent for lp in loops if _per_thread(lp))
         for kind, n in stmt.ops:
             per_thread[kind] += n * serial
-        # One warp's latency-bound cycles: each load's and operation's latency, one after
-        # another; the copies of a virtual thread are independent and add none.
-        op_latency = lat["special"] if any(k in ("special", "math", "div") for k, _ in stmt.ops) else lat["fma"]
-        waits = op_latency * sum(n for _, n in stmt.ops)
         vector = next((lp.extent for lp in reversed(loops) if lp.kind == LoopKind.VECTORIZED), 1)
         for acc in stmt.accesses:
             space = _space(acc)
@@ -380,9 +402,7 @@ def kernel_terms(kernel: KernelIR, machine: Machine, tab: GpuTiming) -> Counter:
                 passes = _passes(acc, space, vector, g)
                 pipe[space] += serial * passes
                 pipe[f"{space}_accesses"] += serial
-            if not acc.write:
-                waits += read_latency[space]
-        chain += math.prod(lp.extent for lp in loops if lp.kind != LoopKind.THREAD) * waits
+        chain += _latency_chain(stmt, loops, unrolled, lat, read_latency)
         feats["flops"] += stmt.op_count() * math.prod(lp.extent for lp in loops) * (1 + (stmt.op_count("fma") > 0))
     per_thread["loop"] = LOOP_INSTRUCTIONS * _rolled_iterations(kernel.body, unrolled)
     blocks = math.prod(v for k, v in extents.items() if k.startswith("blockIdx"))
