@@ -454,3 +454,31 @@ def test_lane_moves_of_carried_accumulators_match_the_machine_code(width, power_
 
     (odd_ir, odd_code), (even_ir, even_code) = instructions(width), instructions(power_of_two)
     assert 1 / 1.5 < (odd_ir - even_ir) / (odd_code - even_code) < 1.5
+
+
+def _conv_rows(width: int, row: int, tvm_vectorized: bool = False):
+    """``acc[f, x] += I[c, x] * W[f, c]`` over c (rolled, 32), x (``width``) and f (8 rows,
+    unrolled): a 1x1 conv2d's register tile, its rows ``row`` floats apart."""
+    acc = (Index((("f", 1),)), Index((("x", 1),)))
+    stmt = Statement("conv", (
+        Access("I", False, (Index((("c", 1),)), Index((("x", 1),))), (32, width), 4),
+        Access("W", False, (Index((("f", 1),)), Index((("c", 1),))), (8, 32), 4),
+        Access("acc", False, acc, (8, row), 4), Access("acc", True, acc, (8, row), 4),
+    ), (("fma", 1),))
+    x = Loop("x", width, LoopKind.VECTORIZED if tvm_vectorized else LoopKind.SERIAL, ())
+    return stmt, (Loop("c", 32, LoopKind.SERIAL, ()), x, Loop("f", 8, LoopKind.UNROLLED, ()))
+
+
+def test_masked_accumulator_rows_chain_through_memory():
+    # LLVM vectorizes the 14-wide x loop itself with a mask; the masked rows stay in memory
+    # across c, and rows 56 bytes apart overlap each other's 64-byte stores: every update
+    # waits for the store queue to drain (Zen 4: 26 cycles, plus the FMA's 4).
+    zen4 = machine.preset("zen4")
+    masked = statement_counts(*_conv_rows(14, 14), zen4)["chain"]
+    assert masked == 32 * 8 * (26 + 4)
+    # Rows a whole vector apart forward: one round trip (7 + 4 cycles) a reduction step.
+    assert statement_counts(*_conv_rows(14, 16), zen4)["chain"] == 32 * (7 + 4)
+    # TVM's own 14-lane vectors, and trip counts a vector width divides, need no mask: the
+    # accumulators stay in registers and only the FMA chain counts.
+    for stmt, loops in (_conv_rows(14, 14, tvm_vectorized=True), _conv_rows(12, 12), _conv_rows(16, 16)):
+        assert statement_counts(stmt, loops, zen4)["chain"] < masked / 10

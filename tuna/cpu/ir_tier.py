@@ -40,7 +40,15 @@ from ..estimate import Estimate
 from ..ir import Access, Allocation, KernelIR, Loop, LoopKind, Statement, walk
 from ..machine import Machine
 from .cache import data_movement
-from .codegen import codegen_loops, contiguous_in, hoisted_loops, rolled_around, tvm_unrolled, unrolled_loops
+from .codegen import (
+    MIN_AUTO_LANES,
+    codegen_loops,
+    contiguous_in,
+    hoisted_loops,
+    rolled_around,
+    tvm_unrolled,
+    unrolled_loops,
+)
 from .simulator import uarch
 
 #: Instructions of loop control (increment, compare, branch) per iteration of a rolled loop.
@@ -195,7 +203,9 @@ def statement_counts(
         instance = loops[reduce_at[-1]].extent * inner * max(1, stmt.op_count() + len(stmt.accesses))
         overlap = max(1.0, _reorder_window(machine.name) / instance)
         chain = (stmt.op_count("fma") + stmt.op_count("add")) * execs // vl * vinstr
-        counts["chain"] += chain * machine.latency.get("fma", 4) / (inner * overlap)
+        chain *= machine.latency.get("fma", 4) / (inner * overlap)
+        masked = _masked_accumulator_chain(stmt, loops, vec, hw, by_tvm, tile, outside, machine)
+        counts["chain"] += max(chain, masked)
 
     for pos, lp in enumerate(loops):
         if lp.var not in unrolled and lp.kind != LoopKind.VECTORIZED:
@@ -205,6 +215,52 @@ def statement_counts(
         counts["call_block_ops"] = own + (LANE_CALL_INSTRUCTIONS * counts["math"] if vl > 1 else 0)
         counts["scalar_calls"] = counts["math"] if vl == 1 else 0
     return counts
+
+
+#: LLVM's loop vectorizer folds the tail of a loop whose constant trip count is below this
+#: into masked vector instructions rather than leave scalar iterations
+#: (``-vectorizer-min-trip-count``, 16, in LLVM's LoopVectorize.cpp).
+TINY_TRIP_COUNT = 16
+
+
+def _masked_accumulator_chain(stmt: Statement, loops: tuple[Loop, ...], vec: Loop | None, hw: int, by_tvm: bool,
+                              tile: tuple[Loop, ...], outside: tuple[Loop, ...], machine: Machine) -> float:
+    """Cycles of the chain through memory that masked vector accumulators make (0 if none).
+
+    A short loop LLVM vectorizes itself (not TVM) whose trip count no vector width from
+    :data:`~tuna.cpu.codegen.MIN_AUTO_LANES` lanes up divides
+    becomes one masked load, operation and masked store per accumulator row. LLVM keeps
+    masked accesses in memory: across a rolled reduction loop around the register tile, each
+    update loads what the last one stored. When the tile's rows lie closer together than a
+    vector's bytes, a row's masked load overlaps the previous row's masked store without lying
+    inside it, the store queue cannot forward it (the microbenchmark of
+    ``scripts/microbench/zen4_memory.c``), and the rows' updates wait for one another: on Zen
+    4 a 1x1 conv2d whose 8 rows of 14 floats are updated so ran 20 times slower than with
+    TVM's 14-lane vectors (MobileNetV2 pool, candidates 162 and 166). Rows further apart
+    forward their data, one round trip a reduction step.
+    """
+    writes = [a for a in stmt.accesses if a.write]
+    # A trip count that some vector width from the narrowest LLVM forms divides needs no mask.
+    if (vec is None or by_tvm or vec.extent % MIN_AUTO_LANES == 0 or vec.extent >= TINY_TRIP_COUNT or not writes
+            or not outside or not any(a.buffer == writes[0].buffer for a in stmt.accesses if not a.write)):
+        return 0.0
+    steps = [lp for lp in outside if lp.kind != LoopKind.PARALLEL and not any(w.depends_on(lp.var) for w in writes)]
+    if not steps:
+        return 0.0
+    try:
+        ua = uarch(machine.name)
+    except TunaError:
+        return 0.0
+    write = writes[0]
+    rows = [lp for lp in tile if lp is not vec and write.depends_on(lp.var)]
+    strides = [math.prod(write.shape[d + 1:]) for d in range(len(write.shape))]
+    row_bytes = min((abs(sum(ix.coeff(lp.var) * st for ix, st in zip(write.indices, strides))) * write.dtype_bytes
+                     for lp in rows), default=0)
+    fma = machine.latency.get("fma", 4)
+    iterations = math.prod(lp.extent for lp in outside)
+    if rows and row_bytes < hw * write.dtype_bytes and ua.store_forward_fail_latency is not None:
+        return iterations * math.prod(lp.extent for lp in rows) * (ua.store_forward_fail_latency + fma)
+    return iterations * (ua.store_forward_latency + fma)
 
 
 def _scalarized_carry(
