@@ -28,20 +28,18 @@ candidate (seconds or null; error null or a message).
 
 from __future__ import annotations
 
-import gzip
-import json
 import math
 import os
 import statistics
 import tempfile
 import time
-import zlib
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from ..errors import TunaError
+from . import pools
 
 BUNDLE_FORMAT = "tuna-gpu-bundle-1"
 TIMES_FORMAT = "tuna-gpu-times-1"
@@ -61,23 +59,12 @@ class BundleError(TunaError, ValueError):
 
 
 def write_json(path: str | os.PathLike, data: Mapping[str, Any]) -> None:
-    """Write JSON, gzipped for a ``.gz`` name (mtime 0: the same data gives the same bytes)."""
-    text = json.dumps(data).encode()
-    try:
-        Path(path).write_bytes(gzip.compress(text, mtime=0) if str(path).endswith(".gz") else text)
-    except OSError as err:
-        raise BundleError(f"cannot write {path}: {err.strerror or err}") from None
+    """Write a bundle or times file (JSON, gzipped for a ``.gz`` name)."""
+    pools.write_json(path, data, "file", BundleError)
 
 
 def _read_json(path: str | os.PathLike, what: str) -> Any:
-    src = str(path)
-    try:
-        raw = Path(src).read_bytes()
-        return json.loads(gzip.decompress(raw) if src.endswith(".gz") else raw)
-    except OSError as err:
-        raise BundleError(f"cannot read {what} {src}: {getattr(err, 'strerror', None) or err}") from None
-    except (ValueError, EOFError, zlib.error) as err:
-        raise BundleError(f"{what} {src} is not JSON: {err}") from None
+    return pools.read_json(path, what, BundleError)
 
 
 def _need(obj: Any, keys: Sequence[str], where: str) -> None:

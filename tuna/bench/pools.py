@@ -139,15 +139,7 @@ def load_pool(source: str | os.PathLike | Mapping[str, Any]) -> Pool:
         data, src = source, "<dict>"
     else:
         src = str(source)
-        try:
-            raw = Path(src).read_bytes()
-            data = json.loads(gzip.decompress(raw) if src.endswith(".gz") else raw)
-        except OSError as err:  # gzip's BadGzipFile is one
-            raise PoolError(f"cannot read pool {src}: {getattr(err, 'strerror', None) or err}") from None
-        except (ValueError, EOFError, zlib.error) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-            raise PoolError(f"pool {src} is not JSON: {err}") from None
-        except RecursionError:
-            raise PoolError(f"pool {src} is not a pool: its JSON nests too deeply") from None
+        data = read_json(src, "pool", PoolError)
     if not isinstance(data, Mapping):
         raise PoolError(f"pool {src} is not a pool: expected a JSON object, found {type(data).__name__}")
     missing = [k for k in ("workload", "target", "mod", "candidates") if k not in data]
@@ -258,13 +250,44 @@ def write_pool(path: str | os.PathLike, data: Mapping[str, Any]) -> Pool:
         When ``data`` is not a pool (nothing is written), or the file cannot be written.
     """
     load_pool(data)  # checked before anything is written
+    write_json(path, data, "pool", PoolError)
+    return load_pool(path)
+
+
+def read_json(path: str | os.PathLike, what: str, error: type[Exception]) -> Any:
+    """The JSON of a file, gunzipped for a ``.gz`` name (pools, GPU bundles and times files).
+
+    Raises
+    ------
+    error
+        Naming ``what`` and the file, when it cannot be read or is not JSON.
+    """
+    src = str(path)
+    try:
+        raw = Path(src).read_bytes()
+        return json.loads(gzip.decompress(raw) if src.endswith(".gz") else raw)
+    except OSError as err:  # gzip's BadGzipFile is one
+        raise error(f"cannot read {what} {src}: {getattr(err, 'strerror', None) or err}") from None
+    except (ValueError, EOFError, zlib.error) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise error(f"{what} {src} is not JSON: {err}") from None
+    except RecursionError:
+        raise error(f"{what} {src} is not a {what}: its JSON nests too deeply") from None
+
+
+def write_json(path: str | os.PathLike, data: Any, what: str, error: type[Exception]) -> None:
+    """Write JSON, gzipped for a ``.gz`` name, with mtime 0: the same data gives the same
+    bytes (a file in git does not change for nothing).
+
+    Raises
+    ------
+    error
+        Naming ``what`` and the file, when it cannot be written.
+    """
     text = json.dumps(data).encode()
     try:
-        # mtime 0: the same pool gives the same bytes (a file in git does not change for nothing)
         Path(path).write_bytes(gzip.compress(text, mtime=0) if str(path).endswith(".gz") else text)
     except OSError as err:
-        raise PoolError(f"cannot write pool {path}: {err.strerror or err}") from None
-    return load_pool(path)
+        raise error(f"cannot write {what} {path}: {err.strerror or err}") from None
 
 
 POOL_SUFFIXES = (".json", ".json.gz")

@@ -57,6 +57,30 @@ def network_task(spec: str | os.PathLike) -> tuple[str, str] | None:
     return network, task
 
 
+def pool_label(workload: str, script: str) -> tuple[str, str | list[Any], str]:
+    """How a measured pool of ``workload`` names it: ``(file stem, workload label, operator family)``.
+
+    A network's task keeps its name (``"resnet50/max_pool2d"``, stem
+    ``"resnet50-max_pool2d"``); a built-in workload becomes ``[NAME, index]`` (stem
+    ``"GMM-1"``). ``script`` is the workload's TVMScript, which the family is read from.
+
+    Raises
+    ------
+    WorkloadError
+        For anything else (a TVMScript file has no name to give a pool).
+    """
+    from ..bench.families import family_of
+
+    if network_task(workload) is not None:
+        return workload.replace("/", "-"), workload, family_of(workload, script)
+    name, _, index = workload.replace("-", ":").partition(":")
+    if name.upper() not in workload_names():
+        raise WorkloadError(
+            f"pools are collected for built-in workloads NAME:INDEX or network tasks NETWORK/TASK, not {workload!r}"
+        )
+    return f"{name.upper()}-{int(index or 0)}", [name.upper(), int(index or 0)], family_of(name.upper(), script)
+
+
 def load_workload(spec: str | os.PathLike) -> tvm.IRModule:
     """An IRModule from a built-in workload (``"GMM:1"``), a network's tuning task
     (``"resnet50/fused_conv2d_add_relu"``, see :func:`tuna.integration.networks.network_tasks`)

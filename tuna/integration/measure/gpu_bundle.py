@@ -21,24 +21,11 @@ from ...errors import AnalysisError, TunaError
 from ..analysis import apply_trace
 from ..cuda import launch_plan, sample_candidates
 from ..tuning import tune
-from ..workloads import as_machine, load_workload, network_task, plain_json, tvm_target, workload_names
+from ..workloads import as_machine, load_workload, plain_json, pool_label, tvm_target
 from .measured_tuning import quiet_metaschedule
 from .timing import Progress, report
 
 logger = logging.getLogger("tuna")
-
-
-def _label(workload: str, script: str) -> tuple[str, Any, str]:
-    """The pool's file stem, its ``workload`` label and its operator family."""
-    from ...bench.families import family_of
-
-    if network_task(workload) is not None:
-        return workload.replace("/", "-"), workload, family_of(workload, script)
-    name, _, index = workload.replace("-", ":").partition(":")
-    if name.upper() not in workload_names():
-        raise TunaError(f"GPU pools are collected for built-in workloads NAME:INDEX or network tasks "
-                        f"NETWORK/TASK, not {workload!r}")
-    return f"{name.upper()}-{int(index or 0)}", [name.upper(), int(index or 0)], family_of(name.upper(), script)
 
 
 def _gpu(target: Any) -> Any:
@@ -80,7 +67,7 @@ def bundle_workload(
     """
     mach = _gpu(target)
     mod = load_workload(workload)
-    stem, label, family = _label(workload, mod.script())
+    stem, label, family = pool_label(workload, mod.script())
     tvm_tgt = tvm_target(mach)
     func = mod["main"]
     params = [{"name": str(p.name), "shape": [int(s) for s in p.shape], "dtype": str(p.dtype)} for p in func.params]

@@ -27,11 +27,11 @@ import tvm
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 
-from ...errors import TunaError, WorkloadError
+from ...errors import TunaError
 from ..analysis import apply_trace
 from ..intrinsics import load_tensor_intrinsics
 from ..tuning import tune
-from ..workloads import load_workload, network_task, plain_json, tvm_target, workload_names
+from ..workloads import load_workload, network_task, plain_json, pool_label, tvm_target
 from .timing import ROUNDS, MeasureError, Progress, Timer, check_runnable, compile_timer, report, time_interleaved
 
 logger = logging.getLogger("tuna")
@@ -179,15 +179,8 @@ def collect_pool(
     MeasureError
         When the target cannot run here.
     """
-    from ...bench.families import family_of
-
     mod = load_workload(workload)  # unknown names, bad indices, unparsable files fail here
-    name, _, index = str(workload).replace("-", ":").partition(":")
-    is_task = network_task(workload) is not None
-    if not is_task and name.upper() not in workload_names():
-        raise WorkloadError(
-            f"pools are collected for built-in workloads NAME:INDEX or network tasks NETWORK/TASK, not {workload!r}"
-        )
+    _, label, family = pool_label(str(workload), mod.script())
     mach = check_runnable(target, machine)
     report(progress, f"tuning {workload} with MetaSchedule (XGBModel, real measurement), {trials} trials")
     run = tune_measured(mod, mach, work_dir, trials, num_trials_per_iter=num_trials_per_iter, seed=seed,
@@ -200,10 +193,9 @@ def collect_pool(
     report(progress, f"tuned in {run.tune_seconds:.1f} s; re-timing {len(ok)} measured candidates twice")
     secs = retime(mod, [c.trace if c.tuner_secs else None for c in run.candidates], mach, seed=seed or 0,
                   progress=progress, what=str(workload))
-    label: str | list[Any] = str(workload) if is_task else [name.upper(), int(index or 0)]
     return {
         "workload": label,
-        "family": family_of(str(workload) if is_task else name.upper(), mod.script()),
+        "family": family,
         "target": plain_json(dict(mach.target)),
         "tune_seconds": run.tune_seconds,
         "trials": trials,
