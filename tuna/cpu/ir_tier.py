@@ -240,6 +240,8 @@ def _masked_accumulator_chain(stmt: Statement, loops: tuple[Loop, ...], vec: Loo
     forward their data, one round trip a reduction step.
     """
     writes = [a for a in stmt.accesses if a.write]
+    if machine.isa != "x86-64" or machine.vector_bits < 512:
+        return 0.0  # no mask registers: LLVM leaves a scalar tail (measured on Zen 4's AVX-512 only)
     # A trip count that some vector width from the narrowest LLVM forms divides needs no mask.
     if (vec is None or by_tvm or vec.extent % MIN_AUTO_LANES == 0 or vec.extent >= TINY_TRIP_COUNT or not writes
             or not outside or not any(a.buffer == writes[0].buffer for a in stmt.accesses if not a.write)):
