@@ -62,7 +62,7 @@ def launches(kernel: KernelIR) -> tuple[tuple[KernelIR, int], ...]:
             found.append((tuple(loose), times))
 
     visit(kernel.body, 1)
-    if len(found) == 1 and found[0][1] == 1:
+    if not found or (len(found) == 1 and found[0][1] == 1):
         return ((kernel, 1),)
     out = []
     for body, times in found:
@@ -278,7 +278,6 @@ def _latency_chain(stmt, loops, unrolled: set[int], lat, read_latency) -> float:
     serial_loops = [lp for lp in loops if lp.kind != LoopKind.THREAD]
     reads = [acc for acc in stmt.accesses if not acc.write]
     writes = [acc for acc in stmt.accesses if acc.write]
-    chained = serial_loops
     if any(acc.buffer in {w.buffer for w in writes} for acc in reads):  # an update: acc = acc + ...
         chained = [lp for lp in serial_loops
                    if id(lp) not in unrolled or not any(ix.depends_on(lp.var) for w in writes for ix in w.indices)]
