@@ -227,9 +227,9 @@ def _masked_accumulator_chain(stmt: Statement, loops: tuple[Loop, ...], vec: Loo
                               tile: tuple[Loop, ...], outside: tuple[Loop, ...], machine: Machine) -> float:
     """Cycles of the chain through memory that masked vector accumulators make (0 if none).
 
-    A short loop LLVM vectorizes itself (not TVM) whose trip count no vector width from
-    :data:`~tuna.cpu.codegen.MIN_AUTO_LANES` lanes up divides
-    becomes one masked load, operation and masked store per accumulator row. LLVM keeps
+    A short loop LLVM vectorizes itself (not TVM), whose trip count no vector width from
+    :data:`~tuna.cpu.codegen.MIN_AUTO_LANES` lanes up divides, becomes one masked load,
+    operation and masked store per accumulator row on a machine with mask registers. LLVM keeps
     masked accesses in memory: across a rolled reduction loop around the register tile, each
     update loads what the last one stored. When the tile's rows lie closer together than a
     vector's bytes, a row's masked load overlaps the previous row's masked store without lying
