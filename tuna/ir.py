@@ -10,6 +10,7 @@ Analyses are pure functions of a ``KernelIR`` and a :class:`tuna.machine.Machine
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field
 
 
@@ -54,6 +55,11 @@ class Index:
         return self.coeff(var) != 0 or var in self.opaque
 
 
+def row_major_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Elements between neighbours of each dimension of a row-major array of ``shape``."""
+    return tuple(math.prod(shape[d + 1:]) for d in range(len(shape)))
+
+
 @dataclass(frozen=True)
 class Access:
     """A load or store of one buffer element (or vector of elements).
@@ -90,6 +96,11 @@ class Access:
     def depends_on(self, var: str) -> bool:
         """Whether the accessed address changes with loop variable ``var``."""
         return any(ix.depends_on(var) for ix in self.indices)
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        """Elements between neighbours of each dimension (row-major over ``shape``)."""
+        return row_major_strides(self.shape)
 
 
 @dataclass(frozen=True)

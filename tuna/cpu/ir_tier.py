@@ -255,8 +255,7 @@ def _masked_accumulator_chain(stmt: Statement, loops: tuple[Loop, ...], vec: Loo
         return 0.0
     write = writes[0]
     rows = [lp for lp in tile if lp is not vec and write.depends_on(lp.var)]
-    strides = [math.prod(write.shape[d + 1:]) for d in range(len(write.shape))]
-    row_bytes = min((abs(sum(ix.coeff(lp.var) * st for ix, st in zip(write.indices, strides))) * write.dtype_bytes
+    row_bytes = min((abs(sum(ix.coeff(lp.var) * st for ix, st in zip(write.indices, write.strides))) * write.dtype_bytes
                      for lp in rows), default=0)
     fma = machine.latency.get("fma", 4)
     iterations = math.prod(lp.extent for lp in outside)

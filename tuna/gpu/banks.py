@@ -104,13 +104,12 @@ def affine_warp_access(access: Access, thread_extents: Sequence[tuple[str, int]]
     names = [n for n, _ in thread_extents]
     if any(v in names for ix in access.indices for v in ix.opaque):
         return None
-    strides = [math.prod(access.shape[i + 1:]) for i in range(len(access.shape))]
     per_thread = []
     for tid in range(warp_size):
         env, rest = {}, tid
         for name, extent in thread_extents:
             env[name], rest = rest % extent, rest // extent
-        flat = sum(_value(ix, env) * s for ix, s in zip(access.indices, strides))
+        flat = sum(_value(ix, env) * s for ix, s in zip(access.indices, access.strides))
         per_thread.append((flat * access.dtype_bytes,))
     return WarpAccess(access.buffer, access.write, tuple(per_thread), access.dtype_bytes, executions)
 

@@ -26,6 +26,7 @@ from ..gpu.full_tier import CompiledKernel, GpuCode
 from ..gpu.timing import timing
 from ..machine import Machine
 from .intrinsics import new_tune_context
+from .lower import dtype_bytes
 from .warp import UnknownValueError, warp_value
 
 
@@ -155,11 +156,6 @@ def launch_plan(mod: tvm.IRModule, target: Target) -> dict[str, Any]:
 # The first warp's indices
 # ---------------------------------------------------------------------------------------
 
-def _bytes(dtype) -> int:
-    t = tvm.DataType(str(dtype))
-    return max(1, t.bits * t.lanes // 8)
-
-
 def _addresses(index, env: dict, elem_bytes: int, warp: int) -> tuple[tuple[int, ...], ...]:
     """Byte addresses each thread of the warp touches through a flat index (a Ramp for vectors)."""
     if type(index).__name__ == "Ramp":
@@ -205,7 +201,7 @@ class _Walker:
             tag = str(stmt.node.thread_tag)
             self.dims[tag] = max(self.dims.get(tag, 1), int(stmt.value.value))
         if kind == "AllocBuffer" and str(stmt.buffer.scope()) == "shared.dyn":
-            self.dynamic_shared += math.prod(int(s) for s in stmt.buffer.shape) * _bytes(stmt.buffer.dtype)
+            self.dynamic_shared += math.prod(int(s) for s in stmt.buffer.shape) * dtype_bytes(stmt.buffer.dtype)
         for child in self._children(stmt):
             self.extents(child)
 
@@ -234,11 +230,11 @@ class _Walker:
             return
         n = len(next(iter(self.threads.values())))
         try:
-            addrs = _addresses(indices[0], env, _bytes(buf.dtype), n)
+            addrs = _addresses(indices[0], env, dtype_bytes(buf.dtype), n)
         except (UnknownValueError, TypeError, ValueError):
             self.skipped += 1
             return
-        self.accesses.append(WarpAccess(str(buf.name), write, addrs, _bytes(buf.dtype), executions))
+        self.accesses.append(WarpAccess(str(buf.name), write, addrs, dtype_bytes(buf.dtype), executions))
 
     def walk(self, stmt, env: dict, executions: float) -> None:
         kind = type(stmt).__name__

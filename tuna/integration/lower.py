@@ -204,8 +204,10 @@ def _ty(expr) -> str:
     return str(getattr(expr, "ty", "") or getattr(expr, "dtype", ""))
 
 
-def _dtype_bytes(dtype) -> int:
-    return max(1, tvm.DataType(str(dtype)).bits * tvm.DataType(str(dtype)).lanes // 8)
+def dtype_bytes(dtype) -> int:
+    """Bytes of one value of a TVM data type (vector lanes included)."""
+    t = tvm.DataType(str(dtype))
+    return max(1, t.bits * t.lanes // 8)
 
 
 def _count_ops(value) -> list[tuple[str, int]]:
@@ -296,7 +298,7 @@ class _Extractor:
             write=write,
             indices=tuple(idx),
             shape=shape,
-            dtype_bytes=_dtype_bytes(buf.dtype),
+            dtype_bytes=dtype_bytes(buf.dtype),
             scope=str(buf.scope()),
             warp=self._warp_offsets(indices, shape),
         )
@@ -307,7 +309,7 @@ class _Extractor:
             return ()
         try:
             flat = np.zeros(len(self.lanes), dtype=np.int64)
-            for i, extent_after in zip(indices, (math.prod(shape[d + 1:]) for d in range(len(shape)))):
+            for i, extent_after in zip(indices, ir.row_major_strides(shape)):
                 value = warp_value(i.base if isinstance(i, tirx.Ramp) else i, self.warp_env)
                 flat = flat + np.asarray(value, dtype=np.int64) * extent_after
         except (UnknownValueError, TypeError, ValueError):
@@ -340,7 +342,7 @@ class _Extractor:
             name=block_name,
             accesses=tuple(accesses),
             ops=tuple(_count_ops(store.value)),
-            dtype_bytes=_dtype_bytes(_ty(store.value)),
+            dtype_bytes=dtype_bytes(_ty(store.value)),
         )
 
     def visit(self, stmt, env, block_name: str) -> list[ir.Node]:
@@ -395,7 +397,7 @@ class _Extractor:
             for buf in block.alloc_buffers:
                 elems = math.prod(int(s) for s in buf.shape if isinstance(s, tvm.tirx.IntImm))
                 self.allocations.append(ir.Allocation(
-                    str(buf.name), str(buf.scope()), elems, _dtype_bytes(buf.dtype),
+                    str(buf.name), str(buf.scope()), elems, dtype_bytes(buf.dtype),
                     self.loops[-1] if self.loops else None,
                 ))
             out = []

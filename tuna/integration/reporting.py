@@ -14,7 +14,7 @@ from ..errors import TunaError
 from ..estimate import Estimate
 from ..machine import Machine
 from .analysis import estimate_module
-from .lower import _dtype_bytes
+from .lower import dtype_bytes
 
 
 def tensor_bytes(mod: tvm.IRModule) -> int:
@@ -29,7 +29,7 @@ def tensor_bytes(mod: tvm.IRModule) -> int:
             dims = [int(d) if isinstance(d, tirx.IntImm) else None for d in buf.shape]
             if None in dims:  # a symbolic shape moves an unknown amount
                 continue
-            total += math.prod(dims) * _dtype_bytes(buf.dtype)
+            total += math.prod(dims) * dtype_bytes(buf.dtype)
     return total
 
 
