@@ -131,6 +131,22 @@ def test_a_chunk_loop_with_a_machine_loop_inside_is_not_vectorized_across_its_it
     assert loop_mapping.dynamic_counts((first,), preset.isa)["call"] == 512 * 512  # both threads
 
 
+def test_an_unrolled_chunk_loop_that_keeps_its_reductions_in_registers_is_unrolled():
+    # c109 of ResNet-50's average pool: LLVM unrolled the chunk loop over 2048 channels by 4,
+    # each channel's seven 7-lane row sums kept in one register and stored once (three
+    # stores), where the TIR stores the row sum on every row; the remainder runs first. The
+    # arithmetic alone shows the copies: 512 trips, not 2048 (which made it 5 times slower).
+    kernel, preset = _kernel("resnet50-adaptive_avg_pool2d-c109-zen4")
+    maps = loop_mapping.map_kernel(kernel, preset)
+    first = next(fm for fm in maps if fm.code.function.startswith(disassembly.ANONYMOUS))
+    assert [(m.tir_var, m.trips, m.source) for m in first.loops] == [
+        ("ax0_ax1_fused", 512, "unrolled"),
+        ("ax0_ax1_fused", 0, "remainder"),
+    ]
+    counts = loop_mapping.dynamic_counts((first,), preset.isa)
+    assert counts["add"] == 2048 * 7  # one 8-lane add per row of each channel
+
+
 def test_loops_versioned_behind_a_branch_share_the_iterations():
     # c6: LLVM unrolled rl_0 (3) and gave its first copy two versions behind a branch, so
     # 8 inner loops of 16 trips exist where 6 run; rl_0's counter lives in a stack slot.

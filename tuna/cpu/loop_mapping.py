@@ -205,10 +205,14 @@ def _unroll_factor(expected: tuple[int, ...], found: tuple[int, ...], innermost:
     Either the stores, arithmetic instructions and calls are all that many copies of one
     TIR iteration (LLVM's unroller), or the arithmetic lanes and calls are while the stores
     are no more than that many (LLVM's vectorizer run across iterations, which keeps a
-    reduction in a register and stores it once). LLVM's loop vectorizer takes innermost
-    loops only, so the second reading needs ``innermost``: around a machine loop, lanes
-    beyond the TIR's count are inner TIR loops LLVM flattened into vectors (a softmax row's
-    max over 16 x 32 elements as 32 sixteen-lane maxima), not chunk iterations.
+    reduction in a register and stores it once), or the arithmetic instructions and calls
+    are, their lanes padded to the register's width (under twice as many), while the stores
+    are fewer (the unroller's copies of reductions kept in registers: an average pool's
+    7-lane row sums in 8-lane registers, stored once a channel). LLVM's loop vectorizer
+    takes innermost loops only, so the second reading needs ``innermost``: around a machine
+    loop, lanes beyond the TIR's count are inner TIR loops LLVM flattened into vectors (a
+    softmax row's max over 16 x 32 elements as 32 sixteen-lane maxima), not chunk
+    iterations; the lanes bound keeps the third reading from taking them for copies.
     """
     stores, arith, calls, store_lanes, arith_lanes = expected
     f_stores, f_arith, f_calls, f_store_lanes, f_arith_lanes = found
@@ -220,6 +224,10 @@ def _unroll_factor(expected: tuple[int, ...], found: tuple[int, ...], innermost:
     for u in _VECTOR_FACTORS if innermost else ():
         vectorized = f_arith_lanes == u * arith_lanes and f_calls == u * calls
         if arith_lanes and vectorized and f_store_lanes <= u * store_lanes:
+            return u
+    for u in _UNROLL_FACTORS:
+        copies = arith and (f_arith, f_calls) == (u * arith, u * calls) and 0 < f_stores < u * stores
+        if copies and u * arith_lanes <= f_arith_lanes < 2 * u * arith_lanes:
             return u
     return 1
 
