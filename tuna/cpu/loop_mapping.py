@@ -55,7 +55,8 @@ class LoopMatch:
     tir_var : str or None
         The TIR loop it corresponds to (None when unmatched).
     source : str
-        Where ``trips`` came from: "code", "tir" or "assumed".
+        Where ``trips`` came from: "code", "tir", "unrolled" (the TIR loop's count over
+        LLVM's unroll factor), "remainder" (what the unrolled copies left) or "assumed".
     """
 
     function: str
