@@ -204,7 +204,7 @@ def statement_counts(
         overlap = max(1.0, _reorder_window(machine.name) / instance)
         chain = (stmt.op_count("fma") + stmt.op_count("add")) * execs // vl * vinstr
         chain *= machine.latency.get("fma", 4) / (inner * overlap)
-        masked = _masked_accumulator_chain(stmt, loops, vec, hw, by_tvm, tile, outside, machine)
+        masked = _masked_accumulator_chain(stmt, writes, vec, hw, by_tvm, tile, outside, machine)
         counts["chain"] += max(chain, masked)
 
     for pos, lp in enumerate(loops):
@@ -223,9 +223,11 @@ def statement_counts(
 TINY_TRIP_COUNT = 16
 
 
-def _masked_accumulator_chain(stmt: Statement, loops: tuple[Loop, ...], vec: Loop | None, hw: int, by_tvm: bool,
+def _masked_accumulator_chain(stmt: Statement, writes: list[Access], vec: Loop | None, hw: int, by_tvm: bool,
                               tile: tuple[Loop, ...], outside: tuple[Loop, ...], machine: Machine) -> float:
     """Cycles of the chain through memory that masked vector accumulators make (0 if none).
+
+    ``writes``: the statement's stores (at least one).
 
     A short loop LLVM vectorizes itself (not TVM), whose trip count no vector width from
     :data:`~tuna.cpu.codegen.MIN_AUTO_LANES` lanes up divides, becomes one masked load,
@@ -239,11 +241,10 @@ def _masked_accumulator_chain(stmt: Statement, loops: tuple[Loop, ...], vec: Loo
     TVM's 14-lane vectors (MobileNetV2 pool, candidates 162 and 166). Rows further apart
     forward their data, one round trip a reduction step.
     """
-    writes = [a for a in stmt.accesses if a.write]
     if machine.isa != "x86-64" or machine.vector_bits < 512:
         return 0.0  # no mask registers: LLVM leaves a scalar tail (measured on Zen 4's AVX-512 only)
     # A trip count that some vector width from the narrowest LLVM forms divides needs no mask.
-    if (vec is None or by_tvm or vec.extent % MIN_AUTO_LANES == 0 or vec.extent >= TINY_TRIP_COUNT or not writes
+    if (vec is None or by_tvm or vec.extent % MIN_AUTO_LANES == 0 or vec.extent >= TINY_TRIP_COUNT
             or not outside or not any(a.buffer == writes[0].buffer for a in stmt.accesses if not a.write)):
         return 0.0
     steps = [lp for lp in outside if lp.kind != LoopKind.PARALLEL and not any(w.depends_on(lp.var) for w in writes)]
