@@ -217,6 +217,30 @@ def test_a_full_share_analyses_the_ir_tiers_best_and_fills_with_predictions_that
     assert sum(s == pytest.approx(seconds_from_score(v)) for s in run_secs for v in full.values()) == len(full)
 
 
+def _rows_handed_over(tmp_path, rows: bool) -> list[bytes]:
+    """Feature rows of what ESSearch(score="model") hands over in two rounds of 4 on an
+    average pool, whose schedules often differ only where tuna's features do not look."""
+    mod = integration.load_workload("resnet50/adaptive_avg_pool2d")
+    machine = tuna.resolve("zen4")
+    cost_model = tuna.TunaCostModel(machine)
+    state = tmp_path / "es.json"
+    strategy = tuna.ESSearch(16, 2, score="model", rerank=4, rows=cost_model.row if rows else None, seed=3,
+                             state_path=state)
+    database = ms.tune_tir(mod, integration.tvm_target(machine), str(tmp_path), max_trials_global=8,
+                           num_trials_per_iter=4, cost_model=cost_model, runner=tuna.StaticRunner(machine),
+                           builder=tuna.StaticBuilder(), strategy=strategy, num_tuning_cores=1, seed=1)
+    records = database.get_all_tuning_records()
+    assert len(records) == 8
+    return [cost_model.row(integration.apply_trace(mod, integration.plain_json(r.trace.as_json())).mod).tobytes()
+            for r in records]
+
+
+def test_the_model_hands_over_candidates_it_tells_apart_when_it_gives_rows(tmp_path):
+    plain = _rows_handed_over(tmp_path / "plain", rows=False)
+    apart = _rows_handed_over(tmp_path / "apart", rows=True)
+    assert len(set(plain)) < len(plain)  # without rows: schedules the model cannot tell apart
+    assert len(set(apart)) == len(apart)  # with them: none measured twice while others are there
+
 def test_full_share_is_a_share():
     with pytest.raises(tuna.TunaError, match="full_share"):
         tuna.ESSearch(16, score="ir", rerank=1, full_share=0)

@@ -151,9 +151,11 @@ def tune(
         ``num_trials_per_iter``, ``search``, ``workers`` and ``cluster`` do not apply).
         Each round the ES (:func:`~.search_strategy.hybrid_strategy`) scores with
         ``TunaCostModel(calibrate=True)`` in this process, the best
-        :data:`HYBRID_PER_ROUND` are built and measured by ``runner``, and the cost model
-        learns from their run times (:class:`~.cost_model.TunaCostModel`); the schedule
-        chosen is the fastest measured.
+        :data:`HYBRID_PER_ROUND` of those whose feature rows differ from each other and from
+        every candidate measured so far are built and measured by ``runner`` (a candidate
+        the model cannot tell apart from one measured teaches it nothing), and the cost
+        model learns from their run times (:class:`~.cost_model.TunaCostModel`); the
+        schedule chosen is the fastest measured.
     runner : ms.runner.Runner, optional
         With ``measure``: what measures (e.g. an ``ms.runner.RPCRunner`` for a remote
         board); by default MetaSchedule's ``LocalRunner``, on this machine, which must be
@@ -218,7 +220,7 @@ def tune(
             callbacks = [*callbacks, _Progress(progress, max_trials, cost_model, "measured" if hybrid else "predicted")]
         callbacks += list(measure_callbacks or [])
         if hybrid:
-            strategy = hybrid_strategy(work_dir, seed, progress)
+            strategy = hybrid_strategy(work_dir, seed, progress, rows=cost_model.row)
             run.watched.append(strategy)
         elif search == "es":
             if cluster:

@@ -159,6 +159,7 @@ def hybrid_strategy(
     seed: int | None,
     progress: Callable[[str], None] | None,
     state_file: str = STATE_FILE,
+    rows: Callable[[tvm.IRModule], Any] | None = None,
 ) -> ESSearch:
     """The :class:`ESSearch` of hybrid tuning (``tuna.tune(..., measure=N)``).
 
@@ -166,13 +167,16 @@ def hybrid_strategy(
     ``TunaCostModel(calibrate=True)``: the IR tier, corrected by what has been measured so
     far), :data:`HYBRID_GENERATIONS` generations of :data:`ES_POPULATION` per round, and
     hands over the best of the shortlist re-scored at the hand-over
-    (:data:`HYBRID_SHORTLIST`).
+    (:data:`HYBRID_SHORTLIST`). With ``rows`` (the cost model's ``row``), the shortlist
+    holds candidates the model tells apart, from each other and from those measured
+    (``ESSearch(rows=...)``).
     """
     return ESSearch(
         ES_POPULATION,
         HYBRID_GENERATIONS,
         score="model",
         rerank=HYBRID_SHORTLIST,
+        rows=rows,
         seed=0 if seed is None else int(seed),
         state_path=Path(work_dir) / state_file,
         progress=_round_report(progress, HYBRID_GENERATIONS, "model's best", None),

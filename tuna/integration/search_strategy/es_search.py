@@ -125,7 +125,8 @@ class ESSearch(PySearchStrategy):
         better, and a candidate whose full analysis (LLVM's compile included) fails or
         runs past ``rerank_timeout`` is not handed over at all. With ``score="model"``:
         score those ``rerank * n`` again with the cost model as it is now, which may have
-        learned from measurements since the ES scored them (``TunaCostModel(calibrate=True)``).
+        learned from measurements since the ES scored them (``TunaCostModel(calibrate=True)``),
+        and hand over the best; with ``rows``, see there.
     rerank_timeout : float
         CPU seconds one candidate's full analysis may use in a worker when re-ranking.
     full_share : float
@@ -136,6 +137,13 @@ class ESSearch(PySearchStrategy):
         it would then be the best so far. The ``n`` handed over are the full tier's best, then,
         to fill the round, the IR tier's next best with their rescaled IR predictions (never
         the best in the database). 1: the full tier analyses every candidate handed over.
+    rows : callable, optional
+        With ``score="model"`` and ``rerank``: the cost model's feature row of a scheduled
+        module (``TunaCostModel.row``). The ``rerank * n`` re-scored are then candidates
+        whose rows differ from each other and from those of every candidate handed over so
+        far; candidates whose row repeats one only fill a round that lacks others. Two
+        candidates with one row get one prediction whatever the model learns from
+        measurements, so measuring the second teaches it nothing the first did not.
     known : Predictions, optional
         Where to record the full tier's prediction of each re-ranked candidate it hands
         over: given to ``StaticBuilder(known=...)``, it spares those candidates a second
@@ -164,6 +172,7 @@ class ESSearch(PySearchStrategy):
         rerank: int = 0,
         rerank_timeout: float = RERANK_TIMEOUT,
         full_share: float = 1.0,
+        rows: Callable[[tvm.IRModule], Any] | None = None,
         known: Predictions | None = None,
         seed: int = 0,
         state_path: str | os.PathLike | None = None,
@@ -184,7 +193,7 @@ class ESSearch(PySearchStrategy):
         if not 0 < full_share <= 1:
             raise TunaError(f"ESSearch(full_share={full_share}): give a share in (0, 1]")
         self.rerank, self.rerank_timeout, self.full_share = int(rerank), float(rerank_timeout), float(full_share)
-        self.known = known
+        self.known, self.rows = known, rows
         self.state_path = Path(state_path) if state_path is not None else None
         #: Work-directory errors raised during the run (shared with clones): see :func:`tuna.tune`.
         self.failures: list[WorkDirError] = []
@@ -229,6 +238,7 @@ class ESSearch(PySearchStrategy):
             rerank=self.rerank,
             rerank_timeout=self.rerank_timeout,
             full_share=self.full_share,
+            rows=self.rows,
             known=self.known,
             seed=self.seed,
             state_path=self.state_path,
@@ -265,10 +275,15 @@ class _Run:
         # Structural hashes of the schedules handed over: EvolutionStrategies's candidates
         # differ in decisions, and decisions that do not matter make the same schedule.
         self.handed: set[int] = set()
+        # Feature rows of the schedules handed over, when the cost model gives rows (see
+        # ``rerank``): candidates it cannot tell apart from those are handed over last.
+        self.row = owner.rows if owner.score == "model" else None
+        self.handed_rows: set[bytes] = set()
         for cand in self.measured:
             sch = build(self.mod, self.spaces.trace(cand), self.postprocs)
             if sch is not None:
                 self.handed.add(structural_key(sch.mod))
+                self._note_row(sch)
         self.evaluate = self._evaluator()
         self.empty_rounds = 0
         profile.add(profile.SEARCH_SETUP, time.perf_counter() - began)
@@ -392,6 +407,7 @@ class _Run:
             for cand, sch, key in self._pick(want):
                 self.measured.add(cand)
                 self.handed.add(key)
+                self._note_row(sch)
                 picks.append(_measure_candidate(sch))
             if picks:
                 self.save()
@@ -404,12 +420,14 @@ class _Run:
     def _pick(self, want: int) -> list[tuple[es_mod.Candidate, s_tir.Schedule, int]]:
         """The ``want`` candidates to hand over, with their schedules and structural hashes.
 
-        The ES's best distinct schedules, re-ranked by the full tier if asked.
+        The ES's best distinct schedules, re-ranked by the full tier or the cost model if
+        asked (with the cost model's rows, repeated rows last: see ``ESSearch(rerank=...)``).
         """
         rerank = self.owner.rerank
         size = want * max(1, rerank)
         chosen: list[tuple[es_mod.Candidate, s_tir.Schedule, int]] = []
-        seen = set(self.handed)
+        repeats: list[tuple[es_mod.Candidate, s_tir.Schedule, int]] = []  # rows seen already
+        seen, rows = set(self.handed), set(self.handed_rows)
         began = time.perf_counter()
         for cand, _ in self.es.best(self.owner.config.keep, exclude=lambda c: c in self.measured or c in self.passed):
             sch = build(self.mod, self.spaces.trace(cand), self.postprocs)
@@ -418,16 +436,26 @@ class _Run:
                 self.passed.add(cand)
                 continue
             seen.add(key)
+            row = self._row_key(sch) if rerank else None
+            if row is not None and row in rows:
+                if len(repeats) < size:
+                    repeats.append((cand, sch, key))
+                continue
+            if row is not None:
+                rows.add(row)
             chosen.append((cand, sch, key))
             if len(chosen) == size:
                 break
-        profile.add(profile.PICK, time.perf_counter() - began, len(chosen))
-        if not rerank or not chosen:
+        profile.add(profile.PICK, time.perf_counter() - began, len(chosen) + len(repeats))
+        if not rerank or not (chosen or repeats):
             return chosen[:want]
         if self.owner.score == "model":
-            now = self.cost_model.predict(self.ctx, [_measure_candidate(sch) for _, sch, _ in chosen])
-            order = sorted(range(len(chosen)), key=lambda i: -now[i])
-            return [chosen[i] for i in order[:want]]
+            ranked = []
+            for group in (chosen, repeats[:max(0, want - len(chosen))]):
+                if group:
+                    now = self.cost_model.predict(self.ctx, [_measure_candidate(sch) for _, sch, _ in group])
+                    ranked += [group[i] for i in sorted(range(len(group)), key=lambda i: -now[i])]
+            return ranked[:want]
         start = time.perf_counter()
         share = self.owner.full_share
         analysed = chosen if share >= 1 else chosen[:max(1, math.ceil(share * want))]
@@ -466,6 +494,16 @@ class _Run:
             logger.info("tuna search: %d candidates handed over with the IR tier's prediction, %+.3f on the full "
                         "tier's scale", len(filler), offset)
         return good + filler
+
+    def _row_key(self, sch: s_tir.Schedule) -> bytes | None:
+        """The cost model's feature row of a built schedule, as a key (None without rows)."""
+        return None if self.row is None else np.asarray(self.row(sch.mod)).tobytes()
+
+    def _note_row(self, sch: s_tir.Schedule) -> None:
+        """Remember the row of a schedule handed over."""
+        row = self._row_key(sch)
+        if row is not None:
+            self.handed_rows.add(row)
 
     def _full_scores(self, cands: list[es_mod.Candidate]) -> None:
         """Score with the full tier, in the workers, the candidates of ``cands`` it has not scored."""
