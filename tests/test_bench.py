@@ -221,3 +221,26 @@ def test_subsample_is_seeded_ordered_and_keeps_timings_with_traces():
     assert bench.subsample(pool, 50) is pool
     with pytest.raises(bench.PoolError, match="at least one"):
         bench.subsample(pool, 0)
+
+
+def test_the_corrected_prediction_learns_what_the_static_model_gets_wrong_from_the_train_candidates():
+    from tuna import linear
+    from tuna.bench.ranking import corrected_scorer
+    from tuna.machine import preset
+
+    zen4 = preset("zen4")
+    rng = np.random.default_rng(0)
+    feats = [{"compute_cycles": float(c), "launches": float(k)}
+             for c, k in zip(rng.uniform(1e5, 1e6, 150), rng.integers(1, 3, 150))]
+    static = np.array([linear.seconds(f, linear.coefficients(zen4, "ir"), zen4) for f in feats])
+    # What the static model misses: a schedule of two parallel regions runs three times slower.
+    secs = static * np.where([f["launches"] == 2 for f in feats], 3.0, 1.0)
+    pool = bench.load_pool(_pool_dict(n=150, candidates=[
+        {"trace": [[], []], "tuner_secs": s, "secs_a": s, "secs_b": s} for s in secs]))
+    feats[7] = None  # not analysable: the worst score, and nothing learned from it
+    scorers = {"static": bench.feature_scorer({pool.name: feats}, {pool.name: 1e-3},
+                                              lambda name, f: linear.seconds(f, linear.coefficients(zen4, "ir"), zen4)),
+               "corrected": corrected_scorer({pool.name: feats}, {pool.name: 1e-3}, zen4, "ir")}
+    by_model = {r.model: r.metrics for r in bench.evaluate([pool], scorers, n_train=64)}
+    assert by_model["corrected"]["tau"] > 0.8 > by_model["static"]["tau"]
+    assert by_model["corrected"]["top-10"] > by_model["static"]["top-10"]

@@ -7,7 +7,9 @@ coefficients fitted on the pools of the other operator families only
 (:func:`.calibration.family_coefficients`): the figure that says whether tuna holds on a
 kind of operator it never saw. With both tiers, ``tuna-shortlist`` and
 ``tuna-shortlist-lofo`` rank as a search does: the IR tier screens, the full tier ranks its
-shortlist (:func:`shortlist_scorer`). Beside them the baselines of
+shortlist (:func:`shortlist_scorer`). With measurements, ``tuna-<tier>[-lofo]+64`` corrects
+those predictions with what 64 measured candidates of the pool teach (:func:`corrected_scorer`,
+hybrid tuning's model). Beside them the baselines of
 :mod:`.evaluation` and MetaSchedule's XGBModel (:func:`tuna.integration.xgb_scores`,
 imported when called, so that ``import tuna.bench`` stays free of TVM).
 :func:`rank_pools` returns the results and the record ``tuna bench rank --json`` writes:
@@ -45,6 +47,46 @@ def xgb_scorer(seed: int = 0, features: Mapping[str, list] | None = None, machin
             return integration.xgb_scores(pool, train_idx, test_idx, seed=seed)
         return integration.xgb_scores(pool, train_idx, test_idx, seed=seed, features=features[pool.name],
                                       machine=machine, tier=tier)
+
+    return scores
+
+
+def corrected_scorer(features: Mapping[str, list], seconds: Mapping[str, float], machine: Machine, tier: str,
+                     coefficients: Mapping[str, linear.Coefficients] | None = None, seed: int = 0) -> Scorer:
+    """tuna's prediction corrected by what the pool's measured train candidates teach
+    (``tuna-<tier>[-lofo]+64``): the model of hybrid tuning,
+    :class:`~tuna.integration.cost_model.correction.Correction` (gradient-boosted trees on
+    tuna's feature rows, fitted to the log error of the prediction), trained on the train
+    candidates' ``secs_a`` as ``xgb-64`` is (needs xgboost).
+
+    ``coefficients``: per pool, those to predict with (e.g. fitted without its family);
+    the shipped ones otherwise.
+    """
+    shipped = linear.coefficients(machine, tier)
+
+    def scores(pool: Pool, train_idx: np.ndarray, test_idx: np.ndarray) -> tuple[np.ndarray, float]:
+        from ..integration.cost_model.correction import Correction
+        from ..integration.feature_extractor import feature_row
+
+        coeffs = coefficients[pool.name] if coefficients is not None else shipped
+        feats = features[pool.name]
+
+        def row(i: int) -> np.ndarray | None:
+            if feats[i] is None:
+                return None
+            out = feature_row(feats[i], machine, tier)
+            out[-2] = np.log(linear.seconds(feats[i], coeffs, machine))
+            return out
+
+        train = [(row(i), float(pool.secs_a[i])) for i in train_idx]
+        train = [(r, s) for r, s in train if r is not None and 0 < s < 1e9]
+        correction = Correction([r for r, _ in train], [np.log(s) for _, s in train], seed) if train else None
+        out = np.full(len(test_idx), WORST_SCORE)
+        for j, i in enumerate(test_idx):
+            r = row(i)
+            if r is not None:
+                out[j] = -(correction.log_seconds(r[None, :])[0] if correction is not None else r[-2])
+        return out, seconds[pool.name]
 
     return scores
 
@@ -142,7 +184,9 @@ def rank_pools(
         Seed of each pool's split (and of the random and XGBoost baselines).
     xgb : bool
         Whether to train MetaSchedule's XGBModel as a baseline, on its own features
-        (``xgb-64``) and on each tier's tuna features (``xgb-64-tuna-<tier>``).
+        (``xgb-64``) and on each tier's tuna features (``xgb-64-tuna-<tier>``), and tuna's
+        predictions corrected by the same measured candidates (``tuna-<tier>[-lofo]+64``,
+        :func:`corrected_scorer`).
     progress : callable, optional
         One line per pool and model, as :func:`.evaluation.evaluate` gives them.
     feature_progress : callable, optional
@@ -172,6 +216,14 @@ def rank_pools(
         for tier in feats:
             scorers[f"xgb-64-tuna-{tier}"] = xgb_scorer(seed, feats[tier], machine, tier)
     scorers.update(tuna_scorers(feats, secs, pools, machine, fit_on))
+    if xgb:
+        lofo = family_coefficients(feats, pools, machine, fit_on)
+        for tier in feats:
+            scorers[f"tuna-{tier}+64"] = corrected_scorer(feats[tier], secs[tier], machine, tier, seed=seed)
+            if lofo:
+                per_pool = {name: fit[tier] for name, fit in lofo.items()}
+                scorers[f"tuna-{tier}-lofo+64"] = corrected_scorer(feats[tier], secs[tier], machine, tier, per_pool,
+                                                                   seed)
     results = evaluate(pools, scorers, seed=seed, progress=progress)
     record = rank_json(results)
     record["predictions"] = predictions(feats, pools, machine)

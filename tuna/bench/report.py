@@ -391,8 +391,8 @@ def network_table(rows: list[Mapping[str, Any]], markdown: bool = False) -> str:
 
 
 #: Models of the per-family table in BENCHMARKS.md: the held-out fits, and the baselines.
-FAMILY_MODELS = ("tuna-full-lofo", "tuna-ir-lofo", "tuna-shortlist-lofo", "xgb-64", "xgb-64-tuna-full",
-                 "xgb-64-tuna-ir", "random")
+FAMILY_MODELS = ("tuna-full-lofo", "tuna-ir-lofo", "tuna-shortlist-lofo", "tuna-full-lofo+64", "xgb-64",
+                 "xgb-64-tuna-full", "xgb-64-tuna-ir", "random")
 
 
 def rank_markdown(rank: Mapping[str, Any]) -> str:
@@ -499,7 +499,9 @@ def benchmarks_markdown(
         "coefficients fitted without the pool ranked; `tuna-<tier>-lofo`: fitted without any pool of the pool's "
         "operator family; "
         "`tuna-shortlist[-lofo]`: the full tier ranks the IR tier's best quarter of each test set (its top-1 is a "
-        "two-tier search's pick).",
+        "two-tier search's pick); `tuna-<tier>[-lofo]+64`: that prediction corrected by gradient-boosted trees on "
+        "tuna's features fitted to its log error on the same 64 measured candidates as `xgb-64` (hybrid tuning's "
+        "model).",
         "",
         rank_markdown(d),
     ])
@@ -538,7 +540,8 @@ def benchmarks_markdown(
         "Three tuners measure on this machine: `metaschedule` (its defaults: XGBModel on its own features, 64 "
         "candidates a round), `xgb-tuna` (the same XGBModel on `tuna.FeatureExtractor`'s IR-tier rows, 8 a "
         "round) and `tuna-hybrid` (`tuna tune --measure N`: tuna's ES on `TunaCostModel(calibrate=True)`, 8 a "
-        "round). " + HYBRID_CAPTION,
+        "round, the model's best of those whose tuna features differ from each other and from every candidate "
+        "measured before). " + HYBRID_CAPTION,
         "",
         hybrid_table(d["rows"], markdown=True),
     ])
