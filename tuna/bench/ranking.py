@@ -92,11 +92,13 @@ def corrected_scorer(features: Mapping[str, list], seconds: Mapping[str, float],
 
 
 def tuna_scorers(
-    features: Features, seconds: Seconds, pools: Sequence[Pool], machine: Machine, also: Sequence[Pool] = ()
+    features: Features, seconds: Seconds, pools: Sequence[Pool], machine: Machine, also: Sequence[Pool] = (),
+    corrected: bool = False, seed: int = 0,
 ) -> dict[str, Scorer]:
     """Per tier of ``features``: ``tuna-<tier>``, with two pools or more ``tuna-<tier>-unseen``,
     and with two operator families or more ``tuna-<tier>-lofo``; the pools of ``also`` join
-    the fits of the last two (not those of their own family for ``-lofo``) without being ranked."""
+    the fits of the last two (not those of their own family for ``-lofo``) without being ranked.
+    With ``corrected``, also ``tuna-<tier>[-lofo]+64`` (:func:`corrected_scorer`, seeded by ``seed``)."""
     held = {"unseen": unseen_coefficients(features, pools, machine, also),
             "lofo": family_coefficients(features, pools, machine, also)}
     scorers: dict[str, Scorer] = {}
@@ -111,6 +113,12 @@ def tuna_scorers(
                 scorers[f"tuna-{tier}-{suffix}"] = feature_scorer(
                     features[tier], seconds[tier], lambda name, f, h=per_pool: linear.seconds(f, h[name], machine)
                 )
+        if corrected:
+            scorers[f"tuna-{tier}+64"] = corrected_scorer(features[tier], seconds[tier], machine, tier, seed=seed)
+            if held["lofo"]:
+                per_pool = {name: fit[tier] for name, fit in held["lofo"].items()}
+                scorers[f"tuna-{tier}-lofo+64"] = corrected_scorer(features[tier], seconds[tier], machine, tier,
+                                                                   per_pool, seed)
     if "ir" in features and "full" in features:
         for suffix in ("", "-lofo"):
             if f"tuna-ir{suffix}" in scorers:
@@ -215,15 +223,7 @@ def rank_pools(
         scorers["xgb-64"] = xgb_scorer(seed)
         for tier in feats:
             scorers[f"xgb-64-tuna-{tier}"] = xgb_scorer(seed, feats[tier], machine, tier)
-    scorers.update(tuna_scorers(feats, secs, pools, machine, fit_on))
-    if xgb:
-        lofo = family_coefficients(feats, pools, machine, fit_on)
-        for tier in feats:
-            scorers[f"tuna-{tier}+64"] = corrected_scorer(feats[tier], secs[tier], machine, tier, seed=seed)
-            if lofo:
-                per_pool = {name: fit[tier] for name, fit in lofo.items()}
-                scorers[f"tuna-{tier}-lofo+64"] = corrected_scorer(feats[tier], secs[tier], machine, tier, per_pool,
-                                                                   seed)
+    scorers.update(tuna_scorers(feats, secs, pools, machine, fit_on, corrected=xgb, seed=seed))
     results = evaluate(pools, scorers, seed=seed, progress=progress)
     record = rank_json(results)
     record["predictions"] = predictions(feats, pools, machine)
