@@ -395,3 +395,17 @@ def test_only_the_cache_model_imports_islpy():
     root = pathlib.Path(cache.__file__).resolve().parents[1]
     users = sorted(p.relative_to(root).as_posix() for p in root.rglob("*.py") if "islpy" in p.read_text())
     assert users == ["cpu/cache.py"]
+
+
+def test_ir_nodes_remember_their_hash_but_do_not_pickle_it():
+    """The cache keys are IR nodes; their remembered hash equals the field tuple's and a
+    pickle leaves it out (string hashes differ between processes)."""
+    import pickle
+
+    stmt = Statement("s", (Access("A", False, (_ix(("i", 1)),), (8,), 4),), (("add", 1),))
+    nest = _loop("i", 8, stmt)
+    assert hash(nest) == hash((nest.var, nest.extent, nest.kind, nest.body, nest.thread, nest.unroll_max_step))
+    copy = pickle.loads(pickle.dumps(nest))
+    assert "_hash" not in copy.__dict__ and "_hash" in nest.__dict__
+    assert copy == nest and hash(copy) == hash(nest)
+    assert hash(_loop("i", 9, stmt)) != hash(nest)

@@ -11,7 +11,33 @@ from __future__ import annotations
 
 import enum
 import math
-from dataclasses import dataclass, field
+import operator
+from dataclasses import dataclass, field, fields
+
+
+def _hash_once(cls: type) -> type:
+    """Make a frozen dataclass remember its hash.
+
+    The analyses key their caches by IR nodes, and a generated hash walks the node's whole
+    subtree on every lookup: the cache model hashed each loop nest once per level. The hash
+    is the generated one's (the compared fields as a tuple), kept beside the fields and left
+    out of pickles, since string hashes differ between processes.
+    """
+    values = operator.attrgetter(*(f.name for f in fields(cls) if f.compare))
+
+    def __hash__(self) -> int:  # noqa: N807
+        value = self.__dict__.get("_hash")
+        if value is None:
+            value = hash(values(self))
+            object.__setattr__(self, "_hash", value)
+        return value
+
+    def __getstate__(self) -> dict:  # noqa: N807
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
+    cls.__hash__ = __hash__
+    cls.__getstate__ = __getstate__
+    return cls
 
 
 class LoopKind(enum.Enum):
@@ -24,6 +50,7 @@ class LoopKind(enum.Enum):
     THREAD = "thread"
 
 
+@_hash_once
 @dataclass(frozen=True)
 class Index:
     """One subscript of a buffer access, split into an affine and an opaque part.
@@ -60,6 +87,7 @@ def row_major_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(math.prod(shape[d + 1:]) for d in range(len(shape)))
 
 
+@_hash_once
 @dataclass(frozen=True)
 class Access:
     """A load or store of one buffer element (or vector of elements).
@@ -103,6 +131,7 @@ class Access:
         return row_major_strides(self.shape)
 
 
+@_hash_once
 @dataclass(frozen=True)
 class Statement:
     """A leaf: one assignment with the arithmetic it performs per execution.
@@ -132,6 +161,7 @@ class Statement:
         return sum(n for k, n in self.ops if kind is None or k == kind)
 
 
+@_hash_once
 @dataclass(frozen=True)
 class Loop:
     """A loop with a constant trip count.
