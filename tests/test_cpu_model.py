@@ -6,6 +6,7 @@ from collections import OrderedDict
 import pytest
 
 from tuna import machine
+from tuna.cpu import ir_tier
 from tuna.cpu.cache import data_movement
 from tuna.cpu.codegen import codegen_loops, unrolled_loops
 from tuna.cpu.ir_tier import INSTRUCTION_KINDS, estimate, features, statement_counts
@@ -204,6 +205,43 @@ def test_reduction_chains_overlap_when_independent_work_sits_inside():
     (stmt, loops), = list(walk(_matmul(8, 64, 512, vec=64).body))
     assert statement_counts(stmt, loops, zen4)["chain"] == 8 * 512 * zen4.latency["fma"]
 
+
+
+def _window_sum(loops):
+    """acc[c] += X[c, r0, r1] over a 7 x 7 window, in the order of ``loops`` ((var, extent))."""
+    x = Access("X", False, (Index((("c", 1),)), Index((("r0", 1),)), Index((("r1", 1),))), (2048, 7, 7), 4)
+    acc = (Index((("c", 1),)),)
+    stmt = Statement("sum", (Access("acc", False, acc, (2048,), 4), x, Access("acc", True, acc, (2048,), 4)),
+                     (("add", 1),))
+    return stmt, tuple(Loop(v, n, LoopKind.SERIAL, ()) for v, n in loops)
+
+
+def test_a_reduction_loop_around_the_innermost_one_extends_its_chain():
+    """Consecutive iterations of r0 update the same accumulator as r1's do: a 7 x 7 window is one
+    chain of 49 updates, and instances of it overlap only as far as the reorder buffer holds whole
+    windows (1.6 on Zen 4); with the channel loop between r0 and r1, r1's instances of seven
+    updates belong to different channels and overlap as far as the buffer holds them."""
+    zen4 = machine.preset("zen4")
+    lat, rob = zen4.latency["fma"], ir_tier._reorder_window("zen4")
+    size = 1 + 3  # operations and accesses of one update
+    nested = statement_counts(*_window_sum((("c", 2048), ("r0", 7), ("r1", 7))), zen4)["chain"]
+    assert nested == pytest.approx(2048 * 49 * lat / (rob / (49 * size)))
+    between = statement_counts(*_window_sum((("r0", 7), ("c", 2048), ("r1", 7))), zen4)["chain"]
+    assert between == pytest.approx(2048 * 49 * lat / (rob / (7 * size)))
+    assert nested > 5 * between
+
+
+def test_an_accumulator_allocated_in_a_loop_is_fresh_in_each_of_its_iterations():
+    """Compaction leaves a per-channel sum one element whose subscript is free of the channel loop;
+    the channel loop is no reduction loop, so channels' 7-update chains still overlap."""
+    zen4 = machine.preset("zen4")
+    part = Access("P", False, (Index((("c", 1),)), Index((("r", 1),))), (2048, 7), 4)
+    stmt = Statement("sum", (Access("S", False, (Index(),), (1,), 4), part, Access("S", True, (Index(),), (1,), 4)),
+                     (("add", 1),))
+    loops = (Loop("c", 2048, LoopKind.PARALLEL, ()), Loop("r", 7, LoopKind.SERIAL, ()))
+    fresh = statement_counts(stmt, loops, zen4, homes={"S": "c"})["chain"]
+    assert fresh == pytest.approx(2048 * 7 * zen4.latency["fma"] / (ir_tier._reorder_window("zen4") / (7 * 4)))
+    assert statement_counts(stmt, loops, zen4)["chain"] == 2048 * 7 * zen4.latency["fma"]  # one long chain
 
 def test_math_functions_are_library_calls_per_lane():
     zen4 = machine.preset("zen4")

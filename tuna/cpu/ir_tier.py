@@ -191,17 +191,34 @@ def statement_counts(
         _scalarized_carry(counts, stmt, distinct, vec, vinstr, tile, outside, homes, machine)
 
     writes = [a for a in stmt.accesses if a.write]
-    reduce_at = [pos for pos, lp in enumerate(loops) if not any(w.depends_on(lp.var) for w in writes)]
+    # A loop the stores do not vary with reduces into them, unless a written buffer is
+    # allocated inside it (compaction shrinks a per-iteration accumulator to one element):
+    # then each iteration starts a fresh accumulator.
+    fresh = max((next((pos + 1 for pos, lp in enumerate(loops) if lp.var == (homes or {}).get(w.buffer)), 0)
+                 for w in writes), default=0)
+    reduce_at = [pos for pos, lp in enumerate(loops)
+                 if pos >= fresh and not any(w.depends_on(lp.var) for w in writes)]
     if writes and reduce_at and stmt.op_count("fma") + stmt.op_count("add"):
         # Updates of one accumulator form a dependency chain; the vector instructions of the
         # loops inside the innermost reduction loop are independent of it, and whole instances
-        # of that loop overlap when several fit in the reorder buffer.
+        # of the reduction loops around it overlap when several fit in the reorder buffer.
+        # An instance is the run of reduction loops directly around one another (consecutive
+        # iterations of a reduction loop update the same accumulators: a 7 x 7 pooling window
+        # is one chain of 49 adds, not seven of 7), and no more instances overlap than the
+        # loops between it and the next reduction loop out give (other accumulators).
         inner = math.prod(
             math.ceil(lp.extent / hw) if lp.kind == LoopKind.VECTORIZED else lp.extent
             for lp in loops[reduce_at[-1] + 1 :]
         )
-        instance = loops[reduce_at[-1]].extent * inner * max(1, stmt.op_count() + len(stmt.accesses))
+        first = reduce_at[-1]
+        while first > 0 and first - 1 in reduce_at:
+            first -= 1
+        instance = (math.prod(lp.extent for lp in loops[first:reduce_at[-1] + 1]) * inner
+                    * max(1, stmt.op_count() + len(stmt.accesses)))
         overlap = max(1.0, _reorder_window(machine.name) / instance)
+        outer = [pos for pos in reduce_at if pos < first]
+        if outer:
+            overlap = min(overlap, math.prod(lp.extent for lp in loops[outer[-1] + 1:first]))
         chain = (stmt.op_count("fma") + stmt.op_count("add")) * execs // vl * vinstr
         chain *= machine.latency.get("fma", 4) / (inner * overlap)
         masked = _masked_accumulator_chain(stmt, writes, vec, hw, by_tvm, tile, outside, machine)
