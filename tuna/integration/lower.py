@@ -195,8 +195,8 @@ def _subexprs(expr):
                 stack.append(child)
         for name in lists:
             children = getattr(e, name)
-            if children is not None:
-                stack.extend(c for c in children if isinstance(c, tvm.ir.expr.Expr))
+            if children is not None:  # (a slice reads an FFI array in one pass, not item by item)
+                stack.extend(c for c in children[:] if isinstance(c, tvm.ir.expr.Expr))
 
 
 def _ty(expr) -> str:
@@ -206,7 +206,12 @@ def _ty(expr) -> str:
 
 def dtype_bytes(dtype) -> int:
     """Bytes of one value of a TVM data type (vector lanes included)."""
-    t = tvm.DataType(str(dtype))
+    return _dtype_bytes(str(dtype))
+
+
+@functools.cache
+def _dtype_bytes(name: str) -> int:
+    t = tvm.DataType(name)
     return max(1, t.bits * t.lanes // 8)
 
 
@@ -265,6 +270,7 @@ class _Extractor:
 
     def __init__(self) -> None:
         self.allocations: list[ir.Allocation] = []
+        self.buffers: dict[Any, tuple[str, tuple[int, ...], int, str]] = {}  # see _buffer
         self.names: dict[Any, str] = {}
         self.extents: dict[str, int] = {}
         self.loops: list[str] = []  # variables of the loops being visited, outermost first
@@ -285,8 +291,17 @@ class _Extractor:
             self.names[var] = name
         return self.names[var]
 
+    def _buffer(self, buf) -> tuple[str, tuple[int, ...], int, str]:
+        """Name, shape, bytes per element and scope of a buffer, read from TVM once per buffer."""
+        found = self.buffers.get(buf)
+        if found is None:
+            shape = tuple(int(s) if isinstance(s, tvm.tirx.IntImm) else 1 for s in buf.shape[:])
+            found = self.buffers[buf] = (str(buf.name), shape, dtype_bytes(buf.dtype), str(buf.scope()))
+        return found
+
     def _access(self, buf, indices, write: bool, env) -> ir.Access:
-        shape = tuple(int(s) if isinstance(s, tvm.tirx.IntImm) else 1 for s in buf.shape)
+        name, shape, elem_bytes, scope = self._buffer(buf)
+        indices = indices[:]
         idx = []
         for i in indices:
             if isinstance(i, tirx.Ramp):  # already vectorized: base + lane * stride
@@ -294,12 +309,12 @@ class _Extractor:
             else:
                 idx.append(_affine(i, env, self.extents).index())
         return ir.Access(
-            buffer=str(buf.name),
+            buffer=name,
             write=write,
             indices=tuple(idx),
             shape=shape,
-            dtype_bytes=dtype_bytes(buf.dtype),
-            scope=str(buf.scope()),
+            dtype_bytes=elem_bytes,
+            scope=scope,
             warp=self._warp_offsets(indices, shape),
         )
 
