@@ -11,7 +11,8 @@ values do not change in a rolled loop count once for it (LICM,
 power of two, kept in registers over a rolled loop, are carried lane by lane (LLVM scalarizes
 such loop-carried vectors: :data:`SCALARIZED_LANE_INSTRUCTIONS`). Reductions are bounded by
 the FMA latency over the updates independent of each accumulator (those inside the
-innermost reduction loop, and instances of that loop the reorder buffer overlaps). Each
+innermost reduction loop, and instances of the reduction loops directly around it that the
+reorder buffer overlaps). Each
 top-level loop nest's core cycles are those of its busiest resource (FP pipes, load/store
 ports, front end, FMA chains), divided over the threads of TVM's pool its outermost parallel
 loop can occupy (``machine.threads``); cache fills (integer-set data movement), DRAM
