@@ -72,11 +72,7 @@ def corrected_scorer(features: Mapping[str, list], seconds: Mapping[str, float],
         feats = features[pool.name]
 
         def row(i: int) -> np.ndarray | None:
-            if feats[i] is None:
-                return None
-            out = feature_row(feats[i], machine, tier)
-            out[-2] = np.log(linear.seconds(feats[i], coeffs, machine))
-            return out
+            return None if feats[i] is None else feature_row(feats[i], machine, tier, coeffs)
 
         train = [(row(i), float(pool.secs_a[i])) for i in train_idx]
         train = [(r, s) for r, s in train if r is not None and 0 < s < 1e9]

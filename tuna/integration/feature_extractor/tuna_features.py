@@ -39,18 +39,20 @@ def feature_names(machine: Machine) -> tuple[str, ...]:
     return (*(f"log1p_{t}" for t in linear.terms(machine)), "log_predicted_seconds", "analysed")
 
 
-def feature_row(features: Mapping[str, float] | None, machine: Machine, tier: str) -> np.ndarray:
+def feature_row(features: Mapping[str, float] | None, machine: Machine, tier: str,
+                coefficients: linear.Coefficients | None = None) -> np.ndarray:
     """One candidate's row of :func:`feature_names` from its analysis ``features`` (None:
     the candidate could not be analysed; its row is zeros).
 
-    The prediction uses ``tier``'s shipped coefficients for ``machine``.
+    The prediction uses ``coefficients``, by default ``tier``'s shipped ones for ``machine``.
     """
     names = linear.terms(machine)
     row = np.zeros(len(names) + 2, dtype="float64")
     if features is None:
         return row
     row[: len(names)] = [math.log1p(max(float(features.get(t, 0.0)), 0.0)) for t in names]
-    row[-2] = math.log(linear.seconds(features, linear.coefficients(machine, tier), machine))
+    row[-2] = math.log(linear.seconds(
+        features, coefficients if coefficients is not None else linear.coefficients(machine, tier), machine))
     row[-1] = 1.0
     return row
 
