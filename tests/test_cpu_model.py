@@ -75,13 +75,30 @@ def test_llvm_vectorizes_contiguous_serial_loops_itself():
     assert serial.features["fma"] == estimate(_matmul(64, 64, 64), zen4).features["fma"]
     assert estimate(_matmul(64, 64, 64, kind=LoopKind.SERIAL), a53).features["fma"] == 64**3  # in-order: as written
     # A small innermost reduction loop is unrolled completely; the spatial loop j around it
-    # is then the innermost rolled loop, and contiguous: vectorized (8 lanes of its 8).
-    (stmt, loops), = list(walk(_reduce_innermost(8, 4).body))
+    # is then the innermost rolled loop, and contiguous: vectorized.
+    (stmt, loops), = list(walk(_reduce_innermost(64, 4).body))
     kinds = [lp.kind for lp in codegen_loops(stmt, loops, zen4)]
     assert kinds == [LoopKind.SERIAL, LoopKind.VECTORIZED, LoopKind.UNROLLED]
     # A reduction loop too long to unroll stays rolled and scalar, and nothing is vectorized.
     (stmt, loops), = list(walk(_reduce_innermost(8, 512).body))
     assert [lp.kind for lp in codegen_loops(stmt, loops, zen4)] == [LoopKind.SERIAL] * 3
+
+
+def test_unrolled_copies_with_a_reduction_inside_are_not_slp_vectorized():
+    zen4 = machine.preset("zen4")
+    # With 8 columns, LLVM unrolls j as well as the reduction kk inside it: what is left for
+    # the SLP vectorizer, whose copies of j are interleaved with kk's loads and stores of C.
+    (stmt, loops), = list(walk(_reduce_innermost(8, 4).body))
+    assert [lp.kind for lp in codegen_loops(stmt, loops, zen4)] == [LoopKind.SERIAL, LoopKind.UNROLLED,
+                                                                     LoopKind.UNROLLED]
+    assert statement_counts(stmt, loops, zen4)["fma"] == 8 * 8 * 4
+    # TVM's unrolling of the same nest: j's copies stay scalar too.
+    (stmt, loops), = list(walk(_reduce_innermost(64, 4).body))
+    tvm = frozenset({"j", "kk"})
+    assert [lp.kind for lp in codegen_loops(stmt, loops, zen4, tvm)] == [LoopKind.SERIAL] * 3
+    # Copies with no reduction inside them (kk runs around ji) are vectorized.
+    (stmt, loops), = list(walk(_matmul(8, 16, 4, kind=LoopKind.UNROLLED).body))
+    assert codegen_loops(stmt, loops, zen4)[-1].kind == LoopKind.VECTORIZED
 
 
 def _exp_rows(unroll, sibling=False):
