@@ -101,6 +101,30 @@ def test_unrolled_copies_with_a_reduction_inside_are_not_slp_vectorized():
     assert codegen_loops(stmt, loops, zen4)[-1].kind == LoopKind.VECTORIZED
 
 
+def _updates_around(k, r):
+    """C[r, j] += A[r, k] * B[k, j]: a rolled loop over j around k x r explicitly unrolled copies,
+    in a parallel loop."""
+    c = (Index((("r", 1),)), Index((("j", 1),)))
+    stmt = Statement("C", (Access("C", False, c, (r, 64), 4),
+                           Access("A", False, (Index((("r", 1),)), Index((("k", 1),))), (r, k), 4),
+                           Access("B", False, (Index((("k", 1),)), Index((("j", 1),))), (k, 64), 4),
+                           Access("C", True, c, (r, 64), 4)), (("fma", 1),))
+    inner = Loop("k", k, LoopKind.UNROLLED, (Loop("r", r, LoopKind.UNROLLED, (stmt,)),))
+    return KernelIR("updates", (Loop("p", 4, LoopKind.PARALLEL, (Loop("j", 64, LoopKind.SERIAL, (inner,)),)),))
+
+
+def test_the_loop_vectorizer_leaves_a_loop_with_a_large_unrolled_body_scalar():
+    zen4 = machine.preset("zen4")
+    # Compiled by TVM 0.27's LLVM, 36 x 8 copies (348 accesses: 288 of A, 36 of B, 8 + 2 x 8
+    # of C) were vectorized and 40 x 8 (384) were not.
+    kinds = {}
+    for k in (36, 40):
+        (stmt, loops), = list(walk(_updates_around(k, 8).body))
+        kinds[k] = codegen_loops(stmt, loops, zen4)[1].kind
+        assert statement_counts(stmt, loops, zen4)["fma"] == 4 * 64 * k * 8 // (16 if k == 36 else 1)
+    assert kinds == {36: LoopKind.VECTORIZED, 40: LoopKind.SERIAL}
+
+
 def _exp_rows(unroll, sibling=False):
     """B[i, j] = exp(A[i, j]) over 8 x 128, i annotated with an auto-unroll step (and a sibling
     statement under j that TVM's unroller counts too)."""

@@ -23,6 +23,18 @@ from ..machine import Machine
 FULL_UNROLL_SIZE = 300
 #: Narrowest vector LLVM's loop vectorizer forms from a serial loop (lanes).
 MIN_AUTO_LANES = 4
+#: Memory accesses in the body of a rolled loop inside a parallel one (distinct addresses of
+#: the copies TVM or LLVM unrolled inside it, a store counting twice) above which LLVM's loop
+#: vectorizer leaves the loop scalar. Found by compiling (TVM 0.27's LLVM, znver4) rolled
+#: loops of 64 iterations around unrolled copies of one statement: the largest bodies
+#: vectorized had 332-352 such accesses and the smallest left scalar 376-448, in each of three
+#: kinds tried (a matrix product's updates of 1-20 accumulators; the same with three streamed
+#: operands; plain stores of products). The stores' weight and the bound were chosen to
+#: separate these probes (by statement copies alone, the kinds disagree). Outside a parallel
+#: loop, bodies of 1,024 copies were vectorized: TVM outlines a parallel loop's body into a
+#: function that gets the buffers from a closure, without the kernel's no-alias attribute,
+#: so the limit is probably that of the run-time overlap checks LLVM then needs.
+MAX_LOOP_VECTORIZER_ACCESSES = 360
 
 
 def tvm_unrolled(kernel: KernelIR) -> set[str]:
@@ -94,7 +106,9 @@ def codegen_loops(
     stored element's last dimension and every access is contiguous in it or independent of
     it (floating-point reductions are not reordered without fast-math, so a reduction loop
     stays scalar), and the statement has no condition (LLVM leaves conditional loads, such as
-    those of an inlined padding, scalar). The innermost such loop becomes vectorized.
+    those of an inlined padding, scalar). The innermost such loop becomes vectorized; the loop
+    vectorizer leaves a loop whose unrolled body accesses memory too often scalar
+    (:data:`MAX_LOOP_VECTORIZER_ACCESSES`).
 
     The SLP vectorizer does not merge copies that have a reduction unrolled inside them: each
     copy's accumulator is loaded, updated and stored once per step of the reduction, and the
@@ -118,6 +132,7 @@ def _codegen(
     if any(lp.kind == LoopKind.VECTORIZED for lp in loops) or stmt.op_count("cmp"):
         return tuple(out), unrolled, full  # vectorized by TVM already, or conditional loads (inlined padding)
     writes = [a for a in stmt.accesses if a.write]
+    parallel = any(lp.kind == LoopKind.PARALLEL for lp in loops)
     for pos in region:
         lp = loops[pos]
         slp = lp.var in unrolled or pos in full
@@ -125,6 +140,8 @@ def _codegen(
             continue  # the SLP vectorizer leaves copies of library calls without a vector form scalar
         if slp and any(not any(w.depends_on(x.var) for w in writes) for x in loops[pos + 1 :]):
             continue  # each copy's stores sit between the updates of a reduction unrolled inside it
+        if not slp and parallel and _body_accesses(stmt, loops[pos + 1 :]) > MAX_LOOP_VECTORIZER_ACCESSES:
+            break  # the loop vectorizer gives up on a body this large (and takes only innermost loops)
         if (
             lp.extent >= MIN_AUTO_LANES
             and writes
@@ -134,6 +151,15 @@ def _codegen(
             out[pos] = dataclasses.replace(lp, kind=LoopKind.VECTORIZED)
             break
     return tuple(out), unrolled, full
+
+
+def _body_accesses(stmt: Statement, inner: tuple[Loop, ...]) -> int:
+    """Distinct addresses ``stmt``'s copies over the unrolled ``inner`` loops access, stores twice."""
+    distinct = {}
+    for acc in stmt.accesses:
+        copies = math.prod(lp.extent for lp in inner if acc.depends_on(lp.var))
+        distinct[(acc.buffer, acc.indices, acc.write)] = copies * (2 if acc.write else 1)
+    return sum(distinct.values())
 
 
 def _llvm_unrolling(
