@@ -66,23 +66,19 @@ def corrected_scorer(features: Mapping[str, list], seconds: Mapping[str, float],
 
     def scores(pool: Pool, train_idx: np.ndarray, test_idx: np.ndarray) -> tuple[np.ndarray, float]:
         from ..integration.cost_model.correction import Correction
+        from ..integration.cost_model.correction import scores as corrected
         from ..integration.feature_extractor import feature_row
 
         coeffs = coefficients[pool.name] if coefficients is not None else shipped
         feats = features[pool.name]
 
-        def row(i: int) -> np.ndarray | None:
-            return None if feats[i] is None else feature_row(feats[i], machine, tier, coeffs)
+        def row(i: int) -> np.ndarray:
+            return feature_row(feats[i], machine, tier, coeffs)
 
         train = [(row(i), float(pool.secs_a[i])) for i in train_idx]
-        train = [(r, s) for r, s in train if r is not None and 0 < s < 1e9]
+        train = [(r, s) for r, s in train if r[-1] > 0 and 0 < s < 1e9]
         correction = Correction([r for r, _ in train], [np.log(s) for _, s in train], seed) if train else None
-        out = np.full(len(test_idx), WORST_SCORE)
-        for j, i in enumerate(test_idx):
-            r = row(i)
-            if r is not None:
-                out[j] = -(correction.log_seconds(r[None, :])[0] if correction is not None else r[-2])
-        return out, seconds[pool.name]
+        return corrected([row(i) for i in test_idx], correction), seconds[pool.name]
 
     return scores
 

@@ -23,6 +23,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ...estimate import WORST_SCORE
+
 #: Measured candidates of a workload before the correction is fitted: fewer tell the
 #: trees nothing the static model does not already say.
 MIN_MEASURED = 8
@@ -64,3 +66,14 @@ class Correction:
         x = np.asarray(rows, dtype="float64").reshape(len(rows), -1)
         with xgb.config_context(verbosity=0):
             return x[:, -2] + self._booster.predict(xgb.DMatrix(x.astype("float32"))).astype("float64")
+
+
+def scores(rows: Sequence[np.ndarray] | np.ndarray, correction: Correction | None = None) -> np.ndarray:
+    """Search scores of candidates' feature rows (higher is faster): minus their log seconds,
+    as ``correction`` corrects them where one is given, and the worst score for a candidate
+    tuna could not analyse (a row whose last column is 0)."""
+    if not len(rows):
+        return np.empty(0)
+    x = np.asarray(rows, dtype="float64").reshape(len(rows), -1)
+    log_secs = correction.log_seconds(x) if correction is not None else x[:, -2]
+    return np.where(x[:, -1] > 0, -log_secs, WORST_SCORE)

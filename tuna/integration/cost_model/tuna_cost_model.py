@@ -17,12 +17,11 @@ from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 
 from ... import profile
 from ...errors import TunaError
-from ...estimate import WORST_SCORE
 from ...machine import resolve
 from ..feature_extractor import FeatureExtractor
 from ..intrinsics import load_tensor_intrinsics
 from ..workloads import as_machine, plain_json
-from .correction import MIN_MEASURED, Correction
+from .correction import MIN_MEASURED, Correction, scores
 
 logger = logging.getLogger("tuna")
 
@@ -84,12 +83,7 @@ class TunaCostModel(PyCostModel):
         return float(self._scores([self.row(mod)], workload)[0])
 
     def _scores(self, rows: list[np.ndarray], workload: str | None) -> np.ndarray:
-        x = np.asarray(rows, dtype="float64").reshape(len(rows), -1)
-        log_secs = x[:, -2]
-        correction = self._corrections.get(workload) if workload is not None else None
-        if correction is not None and len(x):
-            log_secs = correction.log_seconds(x)
-        return np.where(x[:, -1] > 0, -log_secs, WORST_SCORE)
+        return scores(rows, self._corrections.get(workload) if workload is not None else None)
 
     def predict(self, context, candidates) -> np.ndarray:
         start = time.perf_counter()
