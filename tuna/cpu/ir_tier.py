@@ -117,6 +117,12 @@ def _access_lanes(access: Access, vec: Loop | None, hw_lanes: int) -> int:
     return math.ceil(vec.extent / math.ceil(vec.extent / hw_lanes))
 
 
+def _below_home(loops: tuple[Loop, ...], homes: Mapping[str, str | None] | None, buffer: str) -> int:
+    """Position in ``loops`` just inside the loop ``buffer`` is allocated in (0: none of them)."""
+    home = (homes or {}).get(buffer)
+    return next((pos + 1 for pos, lp in enumerate(loops) if lp.var == home), 0)
+
+
 def statement_counts(
     stmt: Statement, loops: tuple[Loop, ...], machine: Machine, tvm: frozenset[str] | None = None,
     homes: Mapping[str, str | None] | None = None,
@@ -176,9 +182,8 @@ def statement_counts(
 
     for (buf, idx, write), n in distinct.items():
         hoisting = fits
-        home = (homes or {}).get(buf)
         # (no hoisting out of the loop the buffer is allocated in, nor out of those around it)
-        inner_to = next((pos + 1 for pos, lp in enumerate(loops) if lp.var == home), 0)
+        inner_to = _below_home(loops, homes, buf)
         for pos in range(len(outside) - 1, -1, -1):
             lp = outside[pos]
             if hoisting and pos >= inner_to and not any(ix.depends_on(lp.var) for ix in idx):
@@ -195,8 +200,7 @@ def statement_counts(
     # A loop the stores do not vary with reduces into them, unless a written buffer is
     # allocated inside it (compaction shrinks a per-iteration accumulator to one element):
     # then each iteration starts a fresh accumulator.
-    fresh = max((next((pos + 1 for pos, lp in enumerate(loops) if lp.var == (homes or {}).get(w.buffer)), 0)
-                 for w in writes), default=0)
+    fresh = max((_below_home(loops, homes, w.buffer) for w in writes), default=0)
     reduce_at = [pos for pos, lp in enumerate(loops)
                  if pos >= fresh and not any(w.depends_on(lp.var) for w in writes)]
     if writes and reduce_at and stmt.op_count("fma") + stmt.op_count("add"):
