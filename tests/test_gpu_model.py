@@ -229,3 +229,34 @@ def test_a_register_tiles_accumulators_overlap_but_a_reduction_chains():
     assert _latency_chain(update, (i, k_unrolled), {id(i), id(k_unrolled)}, lat, reads) == loads + 16 * lat["fma"]
     rolled_i = Loop("i", 8, LoopKind.SERIAL, ())
     assert _latency_chain(update, (k, rolled_i), set(), lat, reads) == loads + 128 * lat["fma"]
+
+
+def test_only_other_blocks_hide_the_latency_of_a_block_that_synchronises():
+    # Two resident blocks of 100 issue cycles each against a 500-cycle warp: free warps are
+    # hidden by both blocks' issue (300 left), warps that meet at barriers only by the other
+    # block's (400 left); a lone synchronised block hides nothing.
+    from tuna.gpu.ir_tier import unhidden_latency
+
+    assert unhidden_latency(500.0, 100.0, blocks=2, per_sm=2) == 300.0
+    assert unhidden_latency(500.0, 100.0, blocks=2, per_sm=2, synchronised=True) == 400.0
+    assert unhidden_latency(500.0, 100.0, blocks=1, per_sm=2, synchronised=True) == 500.0
+    # Two waves of two: each wave leaves its own share.
+    assert unhidden_latency(500.0, 100.0, blocks=4, per_sm=2, synchronised=True) == 800.0
+
+
+def test_a_kernel_that_stages_in_shared_memory_waits_longer_than_one_that_does_not():
+    # The same loads and adds, once with a shared-memory stage in the block: only the shared
+    # one synchronises, so its own warps no longer hide its latency.
+    from tuna.gpu.ir_tier import estimate
+
+    def kernel(scope):
+        load = Statement("B", (Access("A", False, (Index((("t", 1),)),), (128,), 4, "global"),
+                               Access("B", True, (Index((("t", 1),)),), (128,), 4, scope)), (("add", 1),))
+        tx = Loop("t", 128, LoopKind.THREAD, (Loop("k", 8, LoopKind.SERIAL, (load,)),), thread="threadIdx.x")
+        allocs = (Allocation("B", scope, 128, 4),) if scope == "shared" else ()
+        return KernelIR("main", (Loop("b", 132, LoopKind.THREAD, (tx,), thread="blockIdx.x"),), allocations=allocs)
+
+    h100 = machine.preset("h100")
+    staged, direct = estimate(kernel("shared"), h100).features, estimate(kernel("global"), h100).features
+    assert staged["warp_latency_cycles"] == direct["warp_latency_cycles"]
+    assert staged["latency_cycles"] > direct["latency_cycles"]

@@ -6,7 +6,8 @@ each thread executes (virtual threads are copies of the body in each thread); al
 give shared memory per block and an estimate of registers (capped as ptxas caps them under
 the kernel's launch bounds). Occupancy follows the CUDA occupancy rules (threads,
 registers, shared memory and block limits per SM). The terms, per kernel and summed: the
-busiest SM's issue cycles, one warp's latency not hidden by the other resident warps, and
+busiest SM's issue cycles, one warp's latency not hidden by the other resident warps (of
+the other blocks only, where a block synchronises around shared memory), and
 global traffic (per-block footprints through the L2, tensors once through memory) beyond
 the compute time.
 """
@@ -158,14 +159,25 @@ def traffic_cycles(l2_bytes: float, dram_bytes: float, machine: Machine) -> tupl
     return l2, dram_bytes / (machine.memory_gbps * 1e9) * (machine.frequency_ghz * 1e9)
 
 
-def unhidden_latency(warp_cycles: float, block_issue: float, blocks: int, per_sm: int) -> float:
+def unhidden_latency(warp_cycles: float, block_issue: float, blocks: int, per_sm: int,
+                     synchronised: bool = False) -> float:
     """Cycles of one warp's latency-bound ``warp_cycles`` that the issue work of its wave of
     resident blocks does not hide, summed over the waves of ``blocks`` blocks on one SM
-    (``per_sm`` resident at a time, ``block_issue`` issue cycles each)."""
+    (``per_sm`` resident at a time, ``block_issue`` issue cycles each).
+
+    In a ``synchronised`` block (one that stages data in shared memory between barriers)
+    every warp waits at the same places, so only the other resident blocks hide its
+    latency; otherwise its own other warps do too. Hiding by the other blocks only ranked
+    the 27 H100 development pools (``docs/bench/h100-pools`` 1-3, IR tier, 2026-11-27) better,
+    mean top-1 0.837 -> 0.859, top-5 0.787 -> 0.828, top-10 0.793 -> 0.815, Kendall tau
+    0.715 -> 0.728 (tau up in each set); on the A100 database's 15 development pools (256
+    candidates each) top-1 0.779 -> 0.799, top-10 0.832 -> 0.822, tau 0.504 -> 0.502.
+    """
     latency, left = 0.0, blocks
+    own = 1 if synchronised else 0
     while left > 0:
         wave = min(per_sm, left)
-        latency += max(0.0, warp_cycles - wave * block_issue)
+        latency += max(0.0, warp_cycles - (wave - own) * block_issue)
         left -= wave
     return latency
 
@@ -371,7 +383,8 @@ def kernel_terms(kernel: KernelIR, machine: Machine, tab: GpuTiming) -> Counter:
     blocks' warps' instructions at the architecture's per-class throughput
     (``tuna/data/gpu/<arch>.toml``, ``tab``), shared and global accesses for as many passes
     as their first warp's addresses take (:func:`_passes`); a wave of resident blocks takes at
-    least one warp's latency-bound cycles (:func:`_latency_chain`); global traffic crosses
+    least one warp's latency-bound cycles (:func:`_latency_chain`), a block with shared memory
+    waiting at its barriers (:func:`unhidden_latency`); global traffic crosses
     the L2 and, once per tensor where they fit in it, the memory interface, and counts
     where it outlasts the compute (``memory_cycles``). A block that cannot run is marked
     ``infeasible``.
@@ -433,7 +446,7 @@ def kernel_terms(kernel: KernelIR, machine: Machine, tab: GpuTiming) -> Counter:
             feats[f"{space}_passes_per_access"] = pipe[space] / pipe[f"{space}_accesses"]
     chain += per_thread["spill"] * lat.get("ld_local", lat["ld_global"])
     block_issue = warps * warp_issue
-    latency = unhidden_latency(chain, block_issue, busiest, per_sm)
+    latency = unhidden_latency(chain, block_issue, busiest, per_sm, synchronised=shared > 0)
     issue = busiest * block_issue
     l2_bytes, dram_bytes = global_traffic(kernel, machine)
     l2_cycles, dram_cycles = traffic_cycles(l2_bytes, dram_bytes, machine)
