@@ -160,6 +160,11 @@ class Statement:
         """Operations per execution, of one class or all."""
         return sum(n for k, n in self.ops if kind is None or k == kind)
 
+    def stores_vary_with(self, var: str) -> bool:
+        """Whether a store's subscript names loop variable ``var``; a loop it does not reduces
+        into the stored values (each iteration updates the same elements)."""
+        return any(a.write and a.depends_on(var) for a in self.accesses)
+
 
 @_hash_once
 @dataclass(frozen=True)

@@ -138,7 +138,7 @@ def _codegen(
         slp = lp.var in unrolled or pos in full
         if slp and stmt.op_count("math"):
             continue  # the SLP vectorizer leaves copies of library calls without a vector form scalar
-        if slp and any(not any(w.depends_on(x.var) for w in writes) for x in loops[pos + 1 :]):
+        if slp and any(not stmt.stores_vary_with(x.var) for x in loops[pos + 1 :]):
             continue  # each copy's stores sit between the updates of a reduction unrolled inside it
         if not slp and parallel and _body_accesses(stmt, loops[pos + 1 :]) > MAX_LOOP_VECTORIZER_ACCESSES:
             break  # the loop vectorizer gives up on a body this large (and takes only innermost loops)

@@ -202,7 +202,7 @@ def statement_counts(
     # then each iteration starts a fresh accumulator.
     fresh = max((_below_home(loops, homes, w.buffer) for w in writes), default=0)
     reduce_at = [pos for pos, lp in enumerate(loops)
-                 if pos >= fresh and not any(w.depends_on(lp.var) for w in writes)]
+                 if pos >= fresh and not stmt.stores_vary_with(lp.var)]
     if writes and reduce_at and stmt.op_count("fma") + stmt.op_count("add"):
         # Updates of one accumulator form a dependency chain; the vector instructions of the
         # loops inside the innermost reduction loop are independent of it, and whole instances
@@ -269,7 +269,7 @@ def _masked_accumulator_chain(stmt: Statement, writes: list[Access], vec: Loop |
     if (vec is None or by_tvm or vec.extent % MIN_AUTO_LANES == 0 or vec.extent >= TINY_TRIP_COUNT
             or not outside or not any(a.buffer == writes[0].buffer for a in stmt.accesses if not a.write)):
         return 0.0
-    steps = [lp for lp in outside if lp.kind != LoopKind.PARALLEL and not any(w.depends_on(lp.var) for w in writes)]
+    steps = [lp for lp in outside if lp.kind != LoopKind.PARALLEL and not stmt.stores_vary_with(lp.var)]
     if not steps:
         return 0.0
     try:
