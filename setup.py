@@ -12,7 +12,8 @@ setup(
     packages=find_packages(include=["tuna", "tuna.*"]),
     package_data={
         "tuna.data": [
-            "abi.toml", "targets/*.toml", "uarch/*.toml", "gpu/*.toml", "coeffs/*.toml", "pools/*.json", "pools/README.md",
+            "abi.toml", "targets/*.toml", "uarch/*.toml", "gpu/*.toml", "coeffs/*.toml",
+            "pools/*.json", "pools/README.md",
             "databases/*/*.json.gz", "databases/*/LICENSE", "databases/*/README.md",
         ]
     },
