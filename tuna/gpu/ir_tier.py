@@ -292,7 +292,7 @@ def _latency_chain(stmt, loops, unrolled: set[int], lat, read_latency) -> float:
     writes = [acc for acc in stmt.accesses if acc.write]
     if any(acc.buffer in {w.buffer for w in writes} for acc in reads):  # an update: acc = acc + ...
         chained = [lp for lp in serial_loops
-                   if id(lp) not in unrolled or not any(ix.depends_on(lp.var) for w in writes for ix in w.indices)]
+                   if id(lp) not in unrolled or not stmt.stores_vary_with(lp.var)]
     else:  # each copy is independent of the others; rolled iterations still follow one another
         chained = [lp for lp in serial_loops if id(lp) not in unrolled]
     loads = sum(read_latency[_space(acc)] for acc in reads)
