@@ -231,6 +231,22 @@ def test_a_register_tiles_accumulators_overlap_but_a_reduction_chains():
     assert _latency_chain(update, (k, rolled_i), set(), lat, reads) == loads + 128 * lat["fma"]
 
 
+def test_the_loads_of_one_statement_wait_once_for_the_slowest():
+    # c[i] = A[i] + B[i] over a rolled i (8): a global and a shared load per iteration issue
+    # together, so each iteration waits the global load's latency, not the sum of both.
+    from tuna.gpu.ir_tier import _latency_chain
+
+    h100 = machine.preset("h100")
+    lat = h100.latency
+    reads = {"global": lat["ld_global"], "shared": lat["ld_shared"], "local": 0.0}
+    at_i = (Index((("i", 1),)),)
+    add = Statement("c", (Access("A", False, at_i, (8,), 4, "global"), Access("B", False, at_i, (8,), 4, "shared"),
+                          Access("c", True, at_i, (8,), 4, "local")), (("add", 1),))
+    i = Loop("i", 8, LoopKind.SERIAL, ())
+    assert lat["ld_global"] > lat["ld_shared"] > 0
+    assert _latency_chain(add, (i,), set(), lat, reads) == 8 * lat["ld_global"] + 8 * lat["fma"]
+
+
 def test_only_other_blocks_hide_the_latency_of_a_block_that_synchronises():
     # Two resident blocks of 100 issue cycles each against a 500-cycle warp: free warps are
     # hidden by both blocks' issue (300 left), warps that meet at barriers only by the other

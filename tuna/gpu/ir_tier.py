@@ -277,14 +277,17 @@ def _space(acc) -> str:
 def _latency_chain(stmt, loops, unrolled: set[int], lat, read_latency) -> float:
     """One thread's latency-bound cycles for a statement.
 
-    Each load waits its latency, one after another, in every iteration of the statement's
-    serial loops (on the 15 A100 development pools this ranked better than letting the loads
-    of an unrolled loop wait once: top-10 0.77 against 0.59, 256 candidates a pool). The
-    operations wait on each other only along a reduction: the copies of an unrolled loop whose
-    variable the stored subscript names update different values (a register tile's
-    accumulators) and overlap, while those of an unrolled reduction loop, and each iteration
-    of a rolled loop, follow one another. Virtual threads are independent copies: they add
-    none.
+    A statement's loads do not depend on each other: they issue back to back and wait once,
+    the longest of their latencies, in every iteration of the statement's serial loops (on the
+    15 A100 development pools this ranked better than letting the loads of an unrolled loop
+    wait once: top-10 0.77 against 0.59, 256 candidates a pool; waiting once per execution
+    rather than once per load ranked the 35 H100 development pools of ``docs/bench/h100-pools``
+    1-4 better, top-10 0.819 -> 0.844, tau 0.714 -> 0.718, and the A100's 15, top-10 0.822 ->
+    0.850, tau 0.502 -> 0.513, 2026-11-27). The operations wait on each other only along a
+    reduction: the copies of an unrolled loop whose variable the stored subscript names update
+    different values (a register tile's accumulators) and overlap, while those of an unrolled
+    reduction loop, and each iteration of a rolled loop, follow one another. Virtual threads
+    are independent copies: they add none.
     """
     op_latency = lat["special"] if any(k in ("special", "math", "div") for k, _ in stmt.ops) else lat["fma"]
     serial_loops = [lp for lp in loops if lp.kind != LoopKind.THREAD]
@@ -295,7 +298,7 @@ def _latency_chain(stmt, loops, unrolled: set[int], lat, read_latency) -> float:
                    if id(lp) not in unrolled or not stmt.stores_vary_with(lp.var)]
     else:  # each copy is independent of the others; rolled iterations still follow one another
         chained = [lp for lp in serial_loops if id(lp) not in unrolled]
-    loads = sum(read_latency[_space(acc)] for acc in reads)
+    loads = max((read_latency[_space(acc)] for acc in reads), default=0.0)
     ops = op_latency * sum(n for _, n in stmt.ops)
     return math.prod(lp.extent for lp in serial_loops) * loads + math.prod(lp.extent for lp in chained) * ops
 
