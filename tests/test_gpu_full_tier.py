@@ -69,6 +69,9 @@ def test_full_tier_counts_the_tirs_multiply_adds(a100, gmm_candidates):
         for term in linear.GPU_TERMS:
             assert term in f
         assert est.seconds == pytest.approx(linear.seconds(f, linear.coefficients(a100, "full"), a100))
+        # The second view of latency is the IR tier's, on the same loop tree.
+        ir = integration.estimate_module(sch.mod, a100, "ir").features
+        assert f["ir_latency_cycles"] == pytest.approx(ir["latency_cycles"])
 
 
 @needs_nvcc
@@ -145,6 +148,16 @@ def test_gpu_terms_do_not_touch_cpu_coefficients():
     zen4 = machine.preset("zen4")
     assert set(linear.coefficients(zen4, "full").values) == set(linear.TERMS)
     assert set(linear.default_coefficients(machine.preset("v100"), "full").values) == set(linear.GPU_TERMS)
+
+
+def test_the_ir_tiers_latency_in_the_full_tier_weighs_nothing_unless_fitted():
+    # A GPU without a coefficient file, the IR tier everywhere, and a file fitted before the
+    # term existed (a100.toml) keep today's predictions: the term counts 0.
+    for name in ("v100", "a100", "h100"):
+        gpu = machine.preset(name)
+        assert linear.default_coefficients(gpu, "full").values["ir_latency_cycles"] == 0.0
+        assert linear.coefficients(gpu, "ir").values["ir_latency_cycles"] == 0.0
+    assert linear.coefficients(machine.preset("a100"), "full").values["ir_latency_cycles"] == 0.0
 
 
 def test_ir_tier_bank_conflicts_agree_with_the_lowered_code(a100, gmm_candidates):

@@ -42,6 +42,7 @@ CPU_BOUNDS = {
 GPU_BOUNDS = {
     "issue_cycles": "compute",
     "latency_cycles": "latency",
+    "ir_latency_cycles": "latency",
     "memory_cycles": "memory",
     "launches": "kernel launches",
     "const": "fixed cost",

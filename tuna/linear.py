@@ -52,10 +52,13 @@ TERMS = (
 #: Terms already inside ``compute_cycles`` (counts, or bounds it takes the maximum of): they
 #: only carry what a fit finds beyond it.
 _FITTED_ONLY = ("call_block_ops", "load_ops", "store_ops", "tir_fp_cycles", "tir_chain_cycles")
+#: GPU terms that only a fit prices (0 by default): the full tier's second view of latency.
+_GPU_FITTED_ONLY = ("ir_latency_cycles",)
 #: Terms of the GPU tiers, all in SM clock cycles (or counts); a GPU target's files use these.
 GPU_TERMS = (
     "issue_cycles",  # busiest SM: warp-instructions over per-SM throughput, shared ops times bank conflicts
     "latency_cycles",  # one warp's latency-bound cycles not hidden by the resident warps' issue work
+    "ir_latency_cycles",  # the same as the IR tier estimates it from the loop tree (full tier; fitted only)
     "memory_cycles",  # global-memory transfer time beyond the compute time
     "launches",  # kernel launches
     "const",  # 1: a fixed cost per call
@@ -315,11 +318,13 @@ def terms(machine: Machine) -> tuple[str, ...]:
 
 def default_coefficients(machine: Machine, tier: str) -> Coefficients:
     """Physical defaults: each cycle term counts once, a launch :func:`launch_cycles` and ``const``
-    nothing; on a CPU a library call costs the target's ``latency.call`` and the terms only a fit
-    can price nothing."""
+    nothing; on a CPU a library call costs the target's ``latency.call``; the terms only a fit
+    can price (on a GPU, the full tier's ``ir_latency_cycles``) nothing."""
     values = dict.fromkeys(terms(machine), 1.0)
     values["launches"] = launch_cycles(machine)
-    if machine.kind != "gpu":
+    if machine.kind == "gpu":
+        values.update(dict.fromkeys(_GPU_FITTED_ONLY, 0.0))
+    else:
         values["calls"] = float(machine.latency.get("call", 0.0))
         values.update(dict.fromkeys(_FITTED_ONLY, 0.0))
     values["const"] = 0.0

@@ -16,7 +16,9 @@ For each kernel of a candidate:
   takes the longer of one warp's latency-bound cycles and the wave's issue cycles;
 - global memory: the per-block footprints of the TIR through the L2, and each tensor once
   through memory where they fit in the L2 (:func:`tuna.gpu.ir_tier.global_traffic`), per
-  kernel (:func:`tuna.gpu.ir_tier.launches`), beyond that kernel's compute time.
+  kernel (:func:`tuna.gpu.ir_tier.launches`), beyond that kernel's compute time;
+- the IR tier's latency of the same loop tree (``ir_latency_cycles``), a second view of
+  latency that only a fitted coefficient file weighs.
 
 The terms of :data:`tuna.linear.GPU_TERMS` are combined by the linear model with the
 target's coefficients.
@@ -225,6 +227,9 @@ def estimate(kernel: KernelIR, machine: Machine) -> Estimate:
         feats.update(issue_cycles=machine.frequency_ghz * 1e9, const=1.0)
         return Estimate(seconds=1.0, tier="full", features=MappingProxyType(dict(feats)))
     clock = machine.frequency_ghz * 1e9
+    # The IR tier's latency of the same loop tree, a second view a fit can weigh beside the
+    # PTX's: it waits at barriers and load by load (see linear.GPU_TERMS and h100.toml).
+    feats["ir_latency_cycles"] = ir_tier.estimate(kernel, machine).features.get("latency_cycles", 0.0)
     parts = ir_tier.launches(kernel)
     if len(parts) == len(code.kernels) and all(times == 1 for _, times in parts):
         # Each kernel's traffic against its own compute (in launch order, as TVM emits them).
