@@ -9,7 +9,7 @@ import math
 import pytest
 
 from tuna import linear, machine
-from tuna.errors import TunaError
+from tuna.errors import AnalysisError, TunaError
 from tuna.gpu import nvcc
 
 needs_nvcc = pytest.mark.skipif(nvcc.find_nvcc() is None, reason="nvcc (CUDA toolkit) is not installed")
@@ -148,6 +148,12 @@ def test_gpu_terms_do_not_touch_cpu_coefficients():
     zen4 = machine.preset("zen4")
     assert set(linear.coefficients(zen4, "full").values) == set(linear.TERMS)
     assert set(linear.default_coefficients(machine.preset("v100"), "full").values) == set(linear.GPU_TERMS)
+
+
+def test_a_workload_with_no_thread_binding_is_refused_with_the_reason(a100):
+    # The workload as written runs on the host: no CUDA kernel for the full tier to read.
+    with pytest.raises(AnalysisError, match="binds no loop to a GPU thread"):
+        cuda.lower_to_cuda(integration.load_workload("GMM:1"), integration.tvm_target(a100))
 
 
 def test_the_ir_tiers_latency_in_the_full_tier_weighs_nothing_unless_fitted():

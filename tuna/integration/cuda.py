@@ -43,7 +43,10 @@ def _lower(mod: tvm.IRModule, target: Target) -> tuple[tvm.IRModule, tvm.IRModul
         mod = pipeline(mod)
         host_mod, devices = split_host_device_mods(mod)
         if not devices:
-            raise AnalysisError("the candidate lowered to no device function")
+            raise AnalysisError("the candidate lowered to no device function: it binds no loop to a GPU "
+                                "thread, so it would run on the host; the GPU full tier needs a scheduled "
+                                "candidate (e.g. `tuna explain --trace` with a trace from `tuna tune`), the "
+                                "IR tier (--tier ir) times it as one GPU thread")
         (dev_target, device), *_ = devices.items()
         device = finalize_device()(device)
         source = codegen_build(device, dev_target).inspect_source("cuda")
