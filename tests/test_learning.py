@@ -5,6 +5,8 @@ import json
 
 import numpy as np
 import pytest
+import tvm
+import tvm_ffi
 from tvm.s_tir import meta_schedule as ms
 
 import tuna
@@ -143,14 +145,88 @@ def test_hybrid_tuning_measures_what_the_model_picks_and_learns_from_it(tmp_path
     host = _host()
     result = tuna.tune("GMM:1", host, tmp_path / "run", measure=16, seed=0)
     assert result.trials == 16 and 0 < result.measured_seconds < 1
-    records = result.database.get_all_tuning_records()
-    best = min(np.mean([float(s) for s in r.run_secs]) for r in records)
-    assert result.measured_seconds == pytest.approx(best)  # the fastest measured is the one chosen
     ((rows, _),) = result.cost_model.measured.values()
-    assert len(rows) == 16 and result.cost_model._corrections  # it learned from the run times
+    assert len(rows) == 14 and result.cost_model._corrections  # it learned from the search's run times
+    # the last two measurements went to the two fastest, measured again and kept in the database
+    records = result.database.get_all_tuning_records()
+    assert len(records) == 16 and len(result.confirmed) == 2
+    first = sorted({str(r.trace): np.mean([float(s) for s in r.run_secs]) for r in records[::-1]}.items(),
+                   key=lambda kv: kv[1])
+    assert {str(c.trace) for c in result.confirmed} <= {t for t, _ in first[:3]}
+    chosen = result.confirmed[0]
+    assert chosen.seconds == pytest.approx(np.mean(chosen.run_means)) == pytest.approx(result.measured_seconds)
+    assert chosen.seconds <= result.confirmed[1].seconds
+    assert tvm_ffi.structural_equal(result.schedule.mod, chosen.schedule(pool_module_of("GMM:1")).mod)
     # predicted and measured run times never share a database
     with pytest.raises(WorkDirError, match="measured run times"):
         tuna.tune("GMM:1", host, tmp_path / "run", max_trials=8)
+
+
+def pool_module_of(workload):
+    return tuna.integration.load_workload(workload)
+
+
+def test_how_many_measurements_confirm_the_fastest():
+    from tuna.integration.tuning import CONFIRM, confirmations
+
+    assert [confirmations(n) for n in (1, 8, 15, 16, 24, 32, 64, 192)] == [0, 0, 0, 2, 3, CONFIRM, CONFIRM, CONFIRM]
+    assert confirmations(32, 0) == 0 and confirmations(32, 8) == 8
+    for bad in (1, -1, 32, 40, True, 2.5):
+        with pytest.raises(tuna.TunaError, match="confirm="):
+            confirmations(32, bad)
+
+
+def test_a_lucky_first_run_time_does_not_choose_the_schedule(tmp_path):
+    """Three schedules measured once (one of them lucky), the fastest two measured again by
+    a runner that gives each its true time: the pick is the fastest by both measurements."""
+    from tvm import s_tir
+
+    from tuna.integration.tuning import confirm_fastest
+
+    mod = pool_module_of("GMM:1")
+    target = tvm.target.Target("llvm")
+    db = ms.database.MemoryDatabase()
+    workload = db.commit_workload(mod)
+    args = ms.arg_info.ArgInfo.from_prim_func(mod["main"])
+    scheduled, truth, first = [], [], {}
+    for factor, told, true in ((8, 2.0e-3, 2.0e-3), (16, 1.0e-3, 4.0e-3), (32, 2.5e-3, 2.5e-3)):
+        sch = s_tir.Schedule(mod)
+        sch.split(sch.get_loops(sch.get_sblock("Z"))[1], [None, factor])
+        scheduled.append(sch.mod)
+        truth.append(true)
+        first[str(sch.trace)] = told
+        db.commit_tuning_record(ms.database.TuningRecord(sch.trace, workload, [told], target, args))
+
+    class Built:
+        def __init__(self, n):
+            (tmp_path / f"b{n}").mkdir()
+            self.artifact_path, self.error_msg = str(tmp_path / f"b{n}" / "lib.so"), None
+
+    class Future:
+        def __init__(self, secs):
+            self.secs = secs
+
+        def result(self):
+            return ms.runner.RunnerResult([self.secs], None)
+
+    class Builder:
+        def build(self, inputs):
+            self.mods = [x.mod for x in inputs]
+            return [Built(n) for n in range(len(inputs))]
+
+    class Runner:  # each built schedule runs in its true time
+        def run(self, inputs):
+            assert len(inputs) == len(builder.mods) and {x.device_type for x in inputs} == {"cpu"}
+            return [Future(next(t for m, t in zip(scheduled, truth) if tvm_ffi.structural_equal(m, built)))
+                    for built in builder.mods]
+
+    builder = Builder()
+    confirmed = confirm_fastest(db, mod, target, builder, Runner(), 2)
+    assert [first[str(c.trace)] for c in confirmed] == [2.0e-3, 1.0e-3]  # the lucky one is measured again: last
+    assert [c.run_means for c in confirmed] == [(2.0e-3, 2.0e-3), (1.0e-3, 4.0e-3)]
+    assert [c.seconds for c in confirmed] == pytest.approx([2.0e-3, 2.5e-3])
+    assert len(db.get_all_tuning_records()) == 5  # both second measurements kept
+    assert not any((tmp_path / f"b{n}").exists() for n in range(2))  # and their builds removed
 
 
 def test_hybrid_tuning_refuses_what_it_cannot_measure(tmp_path, capsys):
@@ -160,8 +236,14 @@ def test_hybrid_tuning_refuses_what_it_cannot_measure(tmp_path, capsys):
         tuna.tune("GMM:1", "zen4", tmp_path / "b", measure=0)
     with pytest.raises(tuna.TunaError, match="give measure=N"):
         tuna.tune("GMM:1", "zen4", tmp_path / "c", runner=ms.runner.LocalRunner())
+    with pytest.raises(tuna.TunaError, match="give measure=N"):
+        tuna.tune("GMM:1", "zen4", tmp_path / "c", confirm=2)
+    with pytest.raises(tuna.TunaError, match="confirm=1"):
+        tuna.tune("GMM:1", "zen4", tmp_path / "c", measure=16, confirm=1)
     for argv, message in ((["GMM:1", "--measure", "0"], "at least 1"), (["bert", "--measure", "8"], "offline only"),
-                          (["GMM:1", "--target", "graviton2", "--measure", "8"], "cross target")):
+                          (["GMM:1", "--target", "graviton2", "--measure", "8"], "cross target"),
+                          (["GMM:1", "--confirm", "2"], "give --measure N"),
+                          (["GMM:1", "--measure", "8", "--confirm", "8"], "confirm=8")):
         assert cli.main(["tune", *argv, "--work-dir", str(tmp_path)]) == 2
         assert message in capsys.readouterr().err
     assert not any(tmp_path.iterdir())  # nothing tuned
@@ -169,11 +251,12 @@ def test_hybrid_tuning_refuses_what_it_cannot_measure(tmp_path, capsys):
 
 def test_the_command_tunes_with_measurements(tmp_path, capsys):
     _host()
-    argv = ["tune", "GMM:1", "--measure", "8", "--work-dir", str(tmp_path), "--target",
+    argv = ["tune", "GMM:1", "--measure", "12", "--confirm", "2", "--work-dir", str(tmp_path), "--target",
             bench.preset_of(bench.machine_info())]
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
-    assert "hybrid: 8 candidates measured" in out and "8 candidates built and measured" in out
+    assert "hybrid: 12 candidates measured" in out and "12 candidates built and measured" in out
+    assert "confirming: the 2 fastest measured once more" in out and "the 2 measured twice" in out
     assert "ran in" in out and any(p.name.endswith("-measured") for p in tmp_path.iterdir())
 
 

@@ -230,8 +230,8 @@ _NETWORK_COLUMNS: tuple = (
 HYBRID_CAPTION = (
     "Measured on this machine by MetaSchedule's LocalRunner. best: the tuner's fastest candidate by the runner; "
     "to 5%: measured trials (and seconds from the start) before a candidate ran within 5% of metaschedule's best "
-    "('-': never); pick latency: that fastest candidate re-timed here with the others, in turn; ratio: "
-    "metaschedule's pick latency / this one."
+    "('-': never); pick latency: the tuner's pick (its fastest candidate; tuna-hybrid: the fastest of those it "
+    "measured twice, by both) re-timed here with the others, in turn; ratio: metaschedule's pick latency / this one."
 )
 
 _HYBRID_COLUMNS: tuple = (

@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import tvm
-from tvm import tirx
+from tvm import s_tir, tirx
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.utils import remove_build_dir
 
 from ..errors import TunaError
 from ..estimate import Estimate
@@ -52,7 +53,8 @@ class TuneResult:
         The cost model, with its counters.
     measured_seconds : float or None
         Hybrid tuning (``measure=N``): the chosen schedule's measured run time (the mean of
-        the runner's repeats); None offline.
+        the runner's repeats; of both measurements where the fastest were confirmed); None
+        offline.
     setup_seconds : float
         Wall-clock time before the tuning run began: checks, the cost model (which loads
         TVM's tensor intrinsics), builder, runner and search.
@@ -64,6 +66,9 @@ class TuneResult:
         Of the ``trials``, those tuna's ES handed over with the IR tier's prediction put on the
         full tier's scale, not analysed by the full tier (``ESSearch(full_share=...)``):
         they could not have been the pick.
+    confirmed : tuple of Confirmed
+        Hybrid tuning: the fastest candidates measured a second time before one was chosen
+        (``confirm``), fastest by both measurements first; empty offline.
     """
 
     database: Any
@@ -78,6 +83,7 @@ class TuneResult:
     setup_seconds: float = 0.0
     dropped: int = 0
     ir_predicted: int = 0
+    confirmed: tuple = ()
 
     def export(self, path: str | os.PathLike, *, host: Any = None):
         """Compile the chosen schedule for the machine and write it to ``path`` (``.so``, ``.tar``, ``.o``;
@@ -111,6 +117,7 @@ def tune(
     measure: int | None = None,
     runner: Any = None,
     measure_callbacks: list | None = None,
+    confirm: int | None = None,
 ) -> TuneResult:
     """Tune one TIR workload offline for ``target`` with tuna's cost model and runner, or,
     with ``measure``, measuring the few candidates the static model shortlists.
@@ -154,14 +161,21 @@ def tune(
         :data:`HYBRID_PER_ROUND` of those whose feature rows differ from each other and from
         every candidate measured so far are built and measured by ``runner`` (a candidate
         the model cannot tell apart from one measured teaches it nothing), and the cost
-        model learns from their run times (:class:`~.cost_model.TunaCostModel`); the
-        schedule chosen is the fastest measured.
+        model learns from their run times (:class:`~.cost_model.TunaCostModel`); then the
+        ``confirm`` fastest are measured once more and the schedule chosen is the fastest
+        over both measurements.
     runner : ms.runner.Runner, optional
         With ``measure``: what measures (e.g. an ``ms.runner.RPCRunner`` for a remote
         board); by default MetaSchedule's ``LocalRunner``, on this machine, which must be
         able to run the target's code.
     measure_callbacks : list, optional
         More MetaSchedule measure callbacks, called after tuna's after each batch.
+    confirm : int, optional
+        With ``measure``: of the ``measure`` measurements, how many go to measuring the
+        fastest candidates a second time, by default :data:`CONFIRM` where ``measure`` is at
+        least 8 times that, fewer below (none under 16). A single run time is noisy (a lucky
+        one makes a slower schedule look fastest), and picking the least of many noisy
+        times favours luck: the pick is the fastest by the mean of both measurements.
 
     Returns
     -------
@@ -186,6 +200,8 @@ def tune(
         raise TunaError(f"measure={measure!r}: give the number of candidates to measure, at least 1")
     if runner is not None and measure is None:
         raise TunaError("a runner measures only in hybrid tuning: give measure=N as well")
+    if confirm is not None and measure is None:
+        raise TunaError("confirm re-measures in hybrid tuning only: give measure=N as well")
     mach = as_machine(target, machine)
     if isinstance(workload, tirx.PrimFunc):
         mod = tvm.IRModule({"main": workload})
@@ -205,7 +221,9 @@ def tune(
         tools = measuring_builder_runner(BUILD_TIMEOUT)
         builder, runner = tools["builder"], runner or tools["runner"]
         cost_model = TunaCostModel(mach, calibrate=True)
-        max_trials, num_trials_per_iter = measure, min(HYBRID_PER_ROUND, measure)
+        confirm = confirmations(measure, confirm)
+        max_trials = measure - confirm
+        num_trials_per_iter = min(HYBRID_PER_ROUND, max_trials)
     else:
         cost_model = TunaCostModel(mach)
         runner = StaticRunner(mach)
@@ -244,8 +262,13 @@ def tune(
             num_tuning_cores=num_tuning_cores or (1 if search == "evolutionary" else "physical"),
             seed=seed,
         )
-        elapsed = time.perf_counter() - start
         sch = ms.tir_integration.compile_tir(database, mod, tgt)
+        confirmed: tuple[Confirmed, ...] = ()
+        if hybrid and confirm and sch is not None:
+            confirmed = confirm_fastest(database, mod, tgt, builder, runner, confirm, progress)
+            if confirmed and confirmed[0].seconds is not None:
+                sch = confirmed[0].schedule(mod)
+        elapsed = time.perf_counter() - start
     if sch is None:
         raise TunaError("tuning produced no valid schedule: every candidate failed to build or "
                         + ("run" if hybrid else "analyse"))
@@ -255,15 +278,108 @@ def tune(
         ir_predicted = strategy.ir_handed[0] if isinstance(strategy, ESSearch) else 0
         return TuneResult(database, sch, mach, est.seconds, est, runner.ran, elapsed, cost_model,
                           setup_seconds=start - entered, dropped=builder.dropped, ir_predicted=ir_predicted)
-    best = database.get_top_k(database.commit_workload(mod), 1)
-    measured = float(sum(float(s) for s in best[0].run_secs) / len(best[0].run_secs)) if best else None
-    return TuneResult(database, sch, mach, est.seconds, est, len(cost_model.records), elapsed, cost_model, measured,
-                      setup_seconds=start - entered)
+    if confirmed and confirmed[0].seconds is not None:
+        measured = confirmed[0].seconds
+    else:
+        best = database.get_top_k(database.commit_workload(mod), 1)
+        measured = float(sum(float(s) for s in best[0].run_secs) / len(best[0].run_secs)) if best else None
+    return TuneResult(database, sch, mach, est.seconds, est, len(cost_model.records) + len(confirmed), elapsed,
+                      cost_model, measured, setup_seconds=start - entered, confirmed=confirmed)
 
 
 #: Candidates measured per round in hybrid tuning (``tune(..., measure=N)``): few, each
 #: round's run times teach the model before the next round is chosen.
 HYBRID_PER_ROUND = 8
+
+#: Of a hybrid run's measurements, how many measure its fastest candidates a second time
+#: (``tune(..., confirm=...)``'s default, for ``measure`` of at least 8 times this).
+CONFIRM = 4
+
+
+def confirmations(measure: int, confirm: int | None = None) -> int:
+    """How many of ``measure`` measurements re-measure the fastest candidates: ``confirm``
+    if given (TunaError unless 0 or from 2 to ``measure - 1``: one candidate re-measured
+    chooses nothing), else :data:`CONFIRM`, fewer where ``measure`` is under 8 times that,
+    none under 16."""
+    if confirm is None:
+        confirm = min(CONFIRM, measure // HYBRID_PER_ROUND)
+        return confirm if confirm >= 2 else 0
+    if isinstance(confirm, bool) or not isinstance(confirm, int) or confirm < 0 or confirm == 1 \
+            or (confirm and confirm >= measure):
+        raise TunaError(f"confirm={confirm!r}: give 0, or from 2 to one less than measure={measure}")
+    return confirm
+
+
+@dataclass(frozen=True)
+class Confirmed:
+    """A candidate of a hybrid run measured a second time: its trace, the mean run time of
+    each measurement (seconds, in order; None for a measurement that failed) and
+    ``seconds``, their mean (None if the second failed: it is not chosen)."""
+
+    trace: Any
+    run_means: tuple[float | None, ...]
+
+    @property
+    def seconds(self) -> float | None:
+        if any(t is None for t in self.run_means):
+            return None
+        return sum(self.run_means) / len(self.run_means)
+
+    def schedule(self, mod: tvm.IRModule):
+        """The candidate's schedule of ``mod``."""
+        sch = s_tir.Schedule(mod)
+        self.trace.apply_to_schedule(sch, remove_postproc=False)
+        return sch
+
+
+def _mean(run_secs) -> float | None:
+    secs = [float(s) for s in run_secs or ()]
+    return sum(secs) / len(secs) if secs and all(math.isfinite(s) and s < 1e9 for s in secs) else None
+
+
+def confirm_fastest(database, mod: tvm.IRModule, target, builder, runner, count: int,
+                    progress: Callable[[str], None] | None = None) -> tuple[Confirmed, ...]:
+    """Measure the ``count`` fastest distinct candidates of ``database`` once more with
+    ``builder`` and ``runner``, keep the new run times in the database, and return them
+    fastest first by the mean of both measurements (those whose second measurement failed
+    last). Empty when fewer than two candidates ran."""
+    workload = database.commit_workload(mod)
+    seen: dict[str, Any] = {}
+    for rec in database.get_top_k(workload, 4 * count):
+        if _mean(rec.run_secs) is not None:
+            seen.setdefault(str(rec.trace), rec)
+    top = list(seen.values())[:count]
+    if len(top) < 2:
+        return ()
+    if progress:
+        progress(f"   confirming: the {len(top)} fastest measured once more")
+    built = builder.build([ms.builder.BuilderInput(Confirmed(rec.trace, ()).schedule(mod).mod, target)
+                           for rec in top])
+    device = "cpu" if target.kind.name in ("llvm", "c") else target.kind.name  # as runtime.device names it
+    inputs, ran = [], []
+    for rec, b in zip(top, built):
+        if b.error_msg is None:
+            inputs.append(ms.runner.RunnerInput(b.artifact_path, device, rec.args_info))
+            ran.append(rec)
+    results = [f.result() for f in runner.run(inputs)] if inputs else []
+    for b in built:
+        if b.error_msg is None:
+            remove_build_dir(b.artifact_path)
+    again = {id(rec): res for rec, res in zip(ran, results)}
+    out = []
+    for rec in top:
+        res = again.get(id(rec))
+        second = _mean(res.run_secs) if res is not None and res.error_msg is None else None
+        if second is not None:  # kept with the others: nothing measured is lost
+            database.commit_tuning_record(ms.database.TuningRecord(rec.trace, workload, res.run_secs, target,
+                                                                   rec.args_info))
+        out.append(Confirmed(rec.trace, (_mean(rec.run_secs), second)))
+    out.sort(key=lambda c: (c.seconds is None, c.seconds or 0.0))
+    if progress:
+        progress("   " + "; ".join(f"{c.run_means[0] * 1e6:,.1f} then "
+                                   + (f"{c.run_means[1] * 1e6:,.1f} us" if c.run_means[1] is not None else "failed")
+                                   for c in out))
+    return tuple(out)
 
 
 @dataclass
