@@ -55,3 +55,11 @@ def test_a_reader_that_goes_away_ends_the_command_quietly():
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 141
     assert "Traceback" not in err and "Exception ignored" not in err, err
+
+
+def test_bench_work_directories_keep_two_networks_tasks_of_one_name_apart(tmp_path):
+    script = tmp_path / "my_op.py"
+    script.write_text("")
+    names = [cli._work_name(w) for w in ("resnet50/adaptive_avg_pool2d", "mobilenetv2/adaptive_avg_pool2d",
+                                          "GMM:1", str(script))]
+    assert names == ["resnet50-adaptive_avg_pool2d", "mobilenetv2-adaptive_avg_pool2d", "GMM-1", "my_op.py"]

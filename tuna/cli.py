@@ -679,7 +679,7 @@ def _bench_tune(args: argparse.Namespace) -> int:
     rows, pool_best = [], {}
     for w in args.workloads:
         _stderr(f"== tuna bench tune {w} for {mach.name}: {args.trials} trials each")
-        work = Path(args.work_dir) / Path(w.replace(":", "-")).name
+        work = Path(args.work_dir) / _work_name(w)
         reference = bench.shipped_pool(w, args.pools)
         if reference is None:
             _stderr(f"   no measured pool of {w} {'in ' + args.pools if args.pools else 'shipped'}: no pool-best row")
@@ -724,6 +724,15 @@ HYBRID_WORKLOADS = ("bert/fused_matmul_add", "bert/fused_matmul3_add2_gelu", "be
                     "resnet50/max_pool2d", "resnet50/adaptive_avg_pool2d")
 
 
+def _work_name(workload: str) -> str:
+    """The work directory of ``workload`` in a bench run: a TVMScript file's name, else the
+    workload with ``/`` and ``:`` made ``-`` (``resnet50-adaptive_avg_pool2d``: two networks'
+    tasks of one name must not share a database)."""
+    if os.path.isfile(workload):
+        return Path(workload).name
+    return workload.replace(":", "-").replace("/", "-")
+
+
 def _bench_hybrid(args: argparse.Namespace) -> int:
     from . import bench, integration
     from .integration import measure
@@ -742,7 +751,7 @@ def _bench_hybrid(args: argparse.Namespace) -> int:
     rows = []
     for w in workloads:
         _stderr(f"== tuna bench hybrid {w} for {mach.name}")
-        work = Path(args.work_dir) / Path(w.replace(":", "-")).name
+        work = Path(args.work_dir) / _work_name(w)
         for row in measure.compare_hybrid(w, mach, work, measure=args.measure, xgb_trials=args.xgb_trials,
                                           ms_trials=args.ms_trials, seed=args.seed, progress=_stderr):
             rows.append({"workload": w, **row})
