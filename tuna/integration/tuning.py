@@ -327,9 +327,15 @@ class Confirmed:
 
     def schedule(self, mod: tvm.IRModule):
         """The candidate's schedule of ``mod``."""
-        sch = s_tir.Schedule(mod)
-        self.trace.apply_to_schedule(sch, remove_postproc=False)
-        return sch
+        return _schedule(mod, self.trace)
+
+
+def _schedule(mod: tvm.IRModule, trace) -> s_tir.Schedule:
+    """The schedule a database record's ``trace`` makes of ``mod``, as MetaSchedule's
+    ``query_schedule`` applies it (postprocessors' steps kept)."""
+    sch = s_tir.Schedule(mod)
+    trace.apply_to_schedule(sch, remove_postproc=False)
+    return sch
 
 
 def _mean(run_secs) -> float | None:
@@ -353,8 +359,7 @@ def confirm_fastest(database, mod: tvm.IRModule, target, builder, runner, count:
         return ()
     if progress:
         progress(f"   confirming: the {len(top)} fastest measured once more")
-    built = builder.build([ms.builder.BuilderInput(Confirmed(rec.trace, ()).schedule(mod).mod, target)
-                           for rec in top])
+    built = builder.build([ms.builder.BuilderInput(_schedule(mod, rec.trace).mod, target) for rec in top])
     device = "cpu" if target.kind.name in ("llvm", "c") else target.kind.name  # as runtime.device names it
     inputs, ran = [], []
     for rec, b in zip(top, built):
