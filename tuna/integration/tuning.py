@@ -16,6 +16,7 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.utils import remove_build_dir
 
+from ..databases.metaschedule import measured as measured_ok
 from ..errors import TunaError
 from ..estimate import Estimate
 from ..machine import Machine
@@ -339,8 +340,9 @@ def _schedule(mod: tvm.IRModule, trace) -> s_tir.Schedule:
 
 
 def _mean(run_secs) -> float | None:
-    secs = [float(s) for s in run_secs or ()]
-    return sum(secs) / len(secs) if secs and all(math.isfinite(s) and s < 1e9 for s in secs) else None
+    """Mean of a record's run times; None unless they are a successful measurement."""
+    secs = tuple(float(s) for s in run_secs or ())
+    return sum(secs) / len(secs) if measured_ok(secs) else None
 
 
 def confirm_fastest(database, mod: tvm.IRModule, target, builder, runner, count: int,

@@ -108,10 +108,10 @@ def compare_hybrid(
     for (method, cands, seconds), ok in zip(runs, measured):
         trials, when = reached(cands, yardstick)
         best = min(ok, key=lambda c: c.tuner_secs) if ok else None
-        pick = apply_trace(mod, best.trace).mod if best else None
-        extra = 0
         if method == "tuna-hybrid":  # its own choice, after measuring its fastest once more
             pick, extra = hybrid.schedule.mod, len(hybrid.confirmed)
+        else:
+            pick, extra = (apply_trace(mod, best.trace).mod if best else None), 0
         rows.append({"method": method, "trials": len(cands) + extra, "tune_seconds": seconds,
                      "best": best.tuner_secs if best else None, "trials_to_5pct": trials,
                      "seconds_to_5pct": when})
