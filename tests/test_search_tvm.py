@@ -70,6 +70,26 @@ def test_a_candidate_builds_with_its_decisions_and_the_postprocessors(gmm):
     assert search_strategy.worker_score(search_strategy.worker_setup(spec), trace) > WORST_SCORE
 
 
+
+def test_candidates_built_from_the_kept_schedule_equal_fresh_ones_and_leave_the_workload_alone(gmm):
+    import tvm
+    from tvm import s_tir
+
+    mod, spaces, ctx = gmm
+    before = mod.script()
+    postprocs = ctx.space_generator.postprocs
+    for cand in [spaces.initial()[0], *((0, *(len(d.values) - 1 for d in spaces.spaces[0].decisions)),)]:
+        built = search_strategy.build(mod, spaces.trace(cand), postprocs)
+        fresh = s_tir.Schedule(mod)
+        s_tir.Trace.apply_json_to_schedule(spaces.trace(cand), fresh)
+        fresh.enter_postproc()
+        assert all(p.apply(fresh) for p in postprocs)
+        assert built is not None
+        tvm.ir.assert_structural_equal(built.mod, fresh.mod)
+    # The schedule kept for copying still holds the unscheduled workload.
+    assert mod.script() == before
+    tvm.ir.assert_structural_equal(search_strategy.design_space._unscheduled(mod).mod, mod)
+
 def test_compute_locations_are_the_ones_tvm_keeps():
     mod = integration.load_workload("SFM:0")
     spaces, ctx = search_strategy.design_spaces(mod, "zen4")
