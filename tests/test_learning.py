@@ -279,6 +279,25 @@ def test_trials_to_reach_the_yardstick_count_the_first_candidate_within_five_per
     assert "## Tuning with few measurements" in page and "| w | tuna-hybrid | 2 |" in page
 
 
+def test_bench_hybrid_refuses_a_confirmation_count_before_tuning(tmp_path, capsys):
+    argv = ["bench", "hybrid", "NRM:0", "--measure", "8", "--confirm", "4", "1", "--work-dir", str(tmp_path / "w")]
+    assert cli.main(argv) == 2
+    assert "--confirm 1" in capsys.readouterr().err
+    assert not (tmp_path / "w").exists()
+
+
+@pytest.mark.slow
+def test_bench_hybrid_compares_confirmation_counts_on_one_seed(tmp_path):
+    out = tmp_path / "hybrid.json"
+    argv = ["bench", "hybrid", "NRM:0", "--measure", "8", "--xgb-trials", "8", "--ms-trials", "16", "--confirm", "2",
+            "0", "--work-dir", str(tmp_path / "w"), "--json", str(out)]
+    assert cli.main(argv) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["method"] for r in rows] == ["metaschedule", "xgb-tuna", "tuna-hybrid-confirm-2", "tuna-hybrid-confirm-0"]
+    assert [r["trials"] for r in rows] == [16, 8, 8, 8] and [r.get("confirmed") for r in rows] == [None, None, 2, 0]
+    assert all(r["latency"] > 0 for r in rows)
+
+
 @pytest.mark.slow
 def test_bench_hybrid_runs_the_three_tuners_and_times_their_picks(tmp_path, capsys):
     out = tmp_path / "hybrid.json"

@@ -746,6 +746,12 @@ def _bench_hybrid(args: argparse.Namespace) -> int:
     for name in ("measure", "xgb_trials", "ms_trials"):
         if getattr(args, name) < 1:
             raise TunaError(f"--{name.replace('_', '-')} must be at least 1, not {getattr(args, name)}")
+    confirms = args.confirm or [None]
+    for k in confirms:
+        try:
+            integration.tuning.confirmations(args.measure, k)
+        except TunaError as err:
+            raise TunaError(f"--confirm {k}: {err}") from None
     mach = measure.check_runnable(_here(args.target), args.machine)
     start = time.perf_counter()
     rows = []
@@ -753,7 +759,8 @@ def _bench_hybrid(args: argparse.Namespace) -> int:
         _stderr(f"== tuna bench hybrid {w} for {mach.name}")
         work = Path(args.work_dir) / _work_name(w)
         for row in measure.compare_hybrid(w, mach, work, measure=args.measure, xgb_trials=args.xgb_trials,
-                                          ms_trials=args.ms_trials, seed=args.seed, progress=_stderr):
+                                          ms_trials=args.ms_trials, seed=args.seed, confirms=confirms,
+                                          progress=_stderr):
             rows.append({"workload": w, **row})
         print(bench.hybrid_table([r for r in rows if r["workload"] == w]), flush=True)
     print(bench.hybrid_table(rows))
@@ -1070,6 +1077,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="measured trials of XGBModel on tuna's features (default 64)")
     p.add_argument("--ms-trials", type=int, default=192,
                    help="measured trials of MetaSchedule's defaults, whose best is the yardstick (default 192)")
+    p.add_argument("--confirm", type=int, nargs="+", metavar="K",
+                   help="confirming measurements of tuna's hybrid tuning (default: tuna tune's); several values "
+                        "tune once with each, same seed (rows tuna-hybrid-confirm-K)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--work-dir", default="tuna-bench-hybrid", help="where the tuning databases go")
     p.add_argument("--json", help="also write the rows as JSON here")

@@ -8,7 +8,8 @@ LocalRunner, and every measured candidate is kept with the wall time it was meas
 - ``xgb-tuna``: the same XGBModel on tuna's IR-tier features (:class:`tuna.FeatureExtractor`),
   :data:`~tuna.integration.tuning.HYBRID_PER_ROUND` a round;
 - ``tuna-hybrid``: ``tuna.tune(..., measure=N)``: tuna's ES on its learning cost model,
-  the last few of its N measurements measuring its fastest candidates once more.
+  the last few of its N measurements measuring its fastest candidates once more (one run
+  per number of such confirmations asked for: ``tuna-hybrid-confirm-K``).
 
 Each row says how many measured trials and how many seconds the tuner needed before one of
 its candidates ran within 5% of the yardstick (by the runner's own run times), and the
@@ -21,6 +22,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +30,7 @@ from tvm.s_tir import meta_schedule as ms
 
 from ..analysis import apply_trace
 from ..feature_extractor import FeatureExtractor
-from ..tuning import HYBRID_PER_ROUND, tune
+from ..tuning import HYBRID_PER_ROUND, TuneResult, confirmations, tune
 from ..workloads import load_workload
 from .measured_tuning import Measured, Recorder, quiet_metaschedule, tune_measured
 from .timing import Progress, check_runnable, report, time_interleaved
@@ -56,9 +58,15 @@ def compare_hybrid(
     ms_trials: int = 192,
     machine: str | None = None,
     seed: int = 0,
+    confirms: Sequence[int | None] = (None,),
     progress: Progress = None,
 ) -> list[dict[str, Any]]:
     """Tune ``workload`` with measurement three ways (see the module) and compare them.
+
+    ``confirms``: one tuna-hybrid run per value, each with that many confirming measurements
+    (None: :func:`~tuna.integration.tuning.confirmations`' default); with more than one
+    value, the runs are named ``tuna-hybrid-confirm-K``, so that one run compares them on the
+    same seed and the same machine state.
 
     Returns
     -------
@@ -66,13 +74,17 @@ def compare_hybrid(
         One row per tuner: ``method``, ``trials`` (measured), ``tune_seconds``, ``best``
         (its fastest candidate by the runner, seconds), ``trials_to_5pct`` and
         ``seconds_to_5pct`` (None: never within 5% of ``metaschedule``'s best),
-        ``latency`` (its pick re-timed here).
+        ``latency`` (its pick re-timed here); tuna-hybrid rows also ``confirmed`` (its
+        confirming measurements).
 
     Raises
     ------
     MeasureError
         When the target cannot run here.
     """
+    confirms = list(confirms) or [None]
+    for k in confirms:
+        confirmations(measure, k)  # a bad value stops the run before anything is tuned
     mach = check_runnable(target, machine)
     mod = load_workload(workload)
     root = Path(work_dir)
@@ -94,13 +106,16 @@ def compare_hybrid(
                         progress=progress, cost_model=model)
     runs.append(("xgb-tuna", run.candidates, time.perf_counter() - start))
 
-    report(progress, f"{workload}: tuna hybrid, {measure} measured trials")
-    out: list[Measured] = []
-    quiet_metaschedule()  # its logging set-up of the runs above turned its console to INFO
-    start = time.perf_counter()
-    hybrid = tune(mod, mach, root / "tuna-hybrid", measure=measure, seed=seed,
-                  measure_callbacks=[Recorder(out, start, measure, progress)])
-    runs.append(("tuna-hybrid", out, time.perf_counter() - start))
+    hybrids: dict[str, TuneResult] = {}
+    for k in confirms:
+        method = "tuna-hybrid" if len(confirms) == 1 else f"tuna-hybrid-confirm-{confirmations(measure, k)}"
+        report(progress, f"{workload}: {method}, {measure} measured trials")
+        out: list[Measured] = []
+        quiet_metaschedule()  # its logging set-up of the runs above turned its console to INFO
+        start = time.perf_counter()
+        hybrids[method] = tune(mod, mach, root / method, measure=measure, confirm=k, seed=seed,
+                               measure_callbacks=[Recorder(out, start, measure, progress)])
+        runs.append((method, out, time.perf_counter() - start))
 
     measured = [[c for c in cands if c.tuner_secs] for _, cands, _ in runs]
     yardstick = min(c.tuner_secs for c in measured[0]) if measured[0] else math.inf
@@ -108,13 +123,16 @@ def compare_hybrid(
     for (method, cands, seconds), ok in zip(runs, measured):
         trials, when = reached(cands, yardstick)
         best = min(ok, key=lambda c: c.tuner_secs) if ok else None
-        if method == "tuna-hybrid":  # its own choice, after measuring its fastest once more
-            pick, extra = hybrid.schedule.mod, len(hybrid.confirmed)
+        row = {"method": method, "trials": len(cands), "tune_seconds": seconds,
+               "best": best.tuner_secs if best else None, "trials_to_5pct": trials, "seconds_to_5pct": when}
+        if method in hybrids:  # its own choice, after measuring its fastest once more
+            hybrid = hybrids[method]
+            pick = hybrid.schedule.mod
+            row["confirmed"] = len(hybrid.confirmed)
+            row["trials"] += len(hybrid.confirmed)
         else:
-            pick, extra = (apply_trace(mod, best.trace).mod if best else None), 0
-        rows.append({"method": method, "trials": len(cands) + extra, "tune_seconds": seconds,
-                     "best": best.tuner_secs if best else None, "trials_to_5pct": trials,
-                     "seconds_to_5pct": when})
+            pick = apply_trace(mod, best.trace).mod if best else None
+        rows.append(row)
         picks.append(pick)
     report(progress, f"{workload}: timing the picks here, in turn")
     for row, latency in zip(rows, time_interleaved(picks, mach, seed=seed)):
