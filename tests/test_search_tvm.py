@@ -70,7 +70,6 @@ def test_a_candidate_builds_with_its_decisions_and_the_postprocessors(gmm):
     assert search_strategy.worker_score(search_strategy.worker_setup(spec), trace) > WORST_SCORE
 
 
-
 def test_candidates_built_from_the_kept_schedule_equal_fresh_ones_and_leave_the_workload_alone(gmm):
     import tvm
     from tvm import s_tir
@@ -89,6 +88,7 @@ def test_candidates_built_from_the_kept_schedule_equal_fresh_ones_and_leave_the_
     # The schedule kept for copying still holds the unscheduled workload.
     assert mod.script() == before
     tvm.ir.assert_structural_equal(search_strategy.design_space._unscheduled(mod).mod, mod)
+
 
 def test_compute_locations_are_the_ones_tvm_keeps():
     mod = integration.load_workload("SFM:0")

@@ -13,6 +13,7 @@ import copy
 import json
 import logging
 import math
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -210,6 +211,11 @@ def _unscheduled(mod: tvm.IRModule) -> s_tir.Schedule:
     return s_tir.Schedule(mod)
 
 
+#: Copying draws the copy's random seed from the kept schedule's state, which a Dask worker
+#: with several threads must not do in two threads at once.
+_COPYING = threading.Lock()
+
+
 def build(mod: tvm.IRModule, trace_json: Any, postprocs: Sequence[Any]) -> s_tir.Schedule | None:
     """Apply a trace and MetaSchedule's postprocessors; None when either fails.
 
@@ -218,7 +224,8 @@ def build(mod: tvm.IRModule, trace_json: Any, postprocs: Sequence[Any]) -> s_tir
     ``RewriteParallelVectorizeUnroll`` turns into loops.
     """
     try:
-        sch = _unscheduled(mod).copy()
+        with _COPYING:
+            sch = _unscheduled(mod).copy()
         s_tir.Trace.apply_json_to_schedule(trace_json, sch)
         sch.enter_postproc()
         for proc in postprocs:
