@@ -77,7 +77,7 @@ def test_candidates_built_from_the_kept_schedule_equal_fresh_ones_and_leave_the_
     mod, spaces, ctx = gmm
     before = mod.script()
     postprocs = ctx.space_generator.postprocs
-    for cand in [spaces.initial()[0], *((0, *(len(d.values) - 1 for d in spaces.spaces[0].decisions)),)]:
+    for cand in [spaces.initial()[0], (0, *(len(d.values) - 1 for d in spaces.spaces[0].decisions))]:
         built = search_strategy.build(mod, spaces.trace(cand), postprocs)
         fresh = s_tir.Schedule(mod)
         s_tir.Trace.apply_json_to_schedule(spaces.trace(cand), fresh)
