@@ -205,6 +205,8 @@ def _tune(args: argparse.Namespace) -> int:
         if args.measure is None:
             raise TunaError("--confirm re-measures in hybrid tuning only: give --measure N as well")
         integration.tuning.confirmations(args.measure, args.confirm)  # refused before anything is tuned
+    if args.pick_tier is not None and args.measure is None:
+        raise TunaError("--pick-tier chooses what hybrid tuning measures: give --measure N as well")
     if network_tuning.is_network(args.workload):
         if args.measure is not None:
             raise TunaError("--measure tunes one workload; whole networks are tuned offline only")
@@ -249,6 +251,7 @@ def _tune(args: argparse.Namespace) -> int:
             cluster=args.cluster,
             measure=args.measure,
             confirm=args.confirm,
+            pick_tier=args.pick_tier,
         )
         cm = result.cost_model
         scored = (
@@ -760,7 +763,7 @@ def _bench_hybrid(args: argparse.Namespace) -> int:
         work = Path(args.work_dir) / _work_name(w)
         for row in measure.compare_hybrid(w, mach, work, measure=args.measure, xgb_trials=args.xgb_trials,
                                           ms_trials=args.ms_trials, seed=args.seed, confirms=confirms,
-                                          progress=_stderr):
+                                          pick_tiers=args.pick_tier or [None], progress=_stderr):
             rows.append({"workload": w, **row})
         print(bench.hybrid_table([r for r in rows if r["workload"] == w]), flush=True)
     print(bench.hybrid_table(rows))
@@ -950,6 +953,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--confirm", type=int, metavar="K",
                    help="with --measure: K of the N measurements measure the fastest candidates once more, and "
                         "the fastest by both is chosen (default 4 from N=32 on, N//8 below, none under 16)")
+    p.add_argument("--pick-tier", choices=("full", "ir"),
+                   help="with --measure: what picks each round's measured candidates from the model's shortlist: "
+                        "tuna's full tier (compiles them; the default where it can run) or the model alone (ir)")
     p.add_argument("--verbose", "-v", action="store_true", help="print the raw features too (always in report.json)")
     p.add_argument("--profile", action="store_true",
                    help="print where the run's time went: worker start-up, IR tier, full tier, builder, runner, "
@@ -1080,6 +1086,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--confirm", type=int, nargs="+", metavar="K",
                    help="confirming measurements of tuna's hybrid tuning (default: tuna tune's); several values "
                         "tune once with each, same seed (rows tuna-hybrid-confirm-K)")
+    p.add_argument("--pick-tier", nargs="+", choices=("full", "ir"),
+                   help="what picks tuna's hybrid tuning's measured candidates (default: tuna tune's); both tune "
+                        "once with each, same seed (rows tuna-hybrid-pick-T)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--work-dir", default="tuna-bench-hybrid", help="where the tuning databases go")
     p.add_argument("--json", help="also write the rows as JSON here")

@@ -119,6 +119,7 @@ def tune(
     runner: Any = None,
     measure_callbacks: list | None = None,
     confirm: int | None = None,
+    pick_tier: str | None = None,
 ) -> TuneResult:
     """Tune one TIR workload offline for ``target`` with tuna's cost model and runner, or,
     with ``measure``, measuring the few candidates the static model shortlists.
@@ -156,13 +157,14 @@ def tune(
         Dask scheduler address or ``local:N`` for ``search="es"``.
     measure : int, optional
         Hybrid tuning: measure ``measure`` candidates in all (``max_trials``,
-        ``num_trials_per_iter``, ``search``, ``workers`` and ``cluster`` do not apply).
-        Each round the ES (:func:`~.search_strategy.hybrid_strategy`) scores with
-        ``TunaCostModel(calibrate=True)`` in this process, the best
-        :data:`HYBRID_PER_ROUND` of those whose feature rows differ from each other and from
-        every candidate measured so far are built and measured by ``runner`` (a candidate
-        the model cannot tell apart from one measured teaches it nothing), and the cost
-        model learns from their run times (:class:`~.cost_model.TunaCostModel`); then the
+        ``num_trials_per_iter`` and ``search`` do not apply). Each round the ES
+        (:func:`~.search_strategy.hybrid_strategy`) scores with
+        ``TunaCostModel(calibrate=True)`` in this process; the model's best
+        ``HYBRID_SHORTLIST * HYBRID_PER_ROUND`` among those whose feature rows differ from
+        each other and from every candidate measured so far (a candidate the model cannot
+        tell apart from one measured teaches it nothing) go to ``pick_tier``, whose best
+        :data:`HYBRID_PER_ROUND` are built and measured by ``runner``, and the cost model
+        learns from their run times (:class:`~.cost_model.TunaCostModel`); then the
         ``confirm`` fastest are measured once more and the schedule chosen is the fastest
         over both measurements.
     runner : ms.runner.Runner, optional
@@ -177,6 +179,12 @@ def tune(
         least 8 times that, fewer below (none under 16). A single run time is noisy (a lucky
         one makes a slower schedule look fastest), and picking the least of many noisy
         times favours luck: the pick is the fastest by the mean of both measurements.
+    pick_tier : str, optional
+        With ``measure``: what picks each round's measured candidates from the model's
+        shortlist. ``"full"``: tuna's full tier, which compiles them (in ``workers``
+        processes or on ``cluster``) and ranks far better than the IR tier the model
+        corrects; ``"ir"``: the model alone. By default ``"full"`` wherever the full tier
+        can run (a CPU; a GPU with nvcc), ``"ir"`` otherwise.
 
     Returns
     -------
@@ -203,6 +211,10 @@ def tune(
         raise TunaError("a runner measures only in hybrid tuning: give measure=N as well")
     if confirm is not None and measure is None:
         raise TunaError("confirm re-measures in hybrid tuning only: give measure=N as well")
+    if pick_tier is not None and measure is None:
+        raise TunaError("pick_tier chooses what hybrid tuning measures: give measure=N as well")
+    if pick_tier not in (None, "full", "ir"):
+        raise TunaError(f"pick_tier={pick_tier!r}: choose full or ir")
     mach = as_machine(target, machine)
     if isinstance(workload, tirx.PrimFunc):
         mod = tvm.IRModule({"main": workload})
@@ -221,6 +233,13 @@ def tune(
             check_runnable(mach)
         tools = measuring_builder_runner(BUILD_TIMEOUT)
         builder, runner = tools["builder"], runner or tools["runner"]
+        if pick_tier is None:
+            pick_tier = runner_tier(mach)
+        elif pick_tier == "full" and runner_tier(mach) != "full":
+            raise TunaError(f"pick_tier='full': tuna's full tier cannot analyse code for {mach.name} here "
+                            "(no nvcc on the PATH); give pick_tier='ir'")
+        if cluster and pick_tier == "full":
+            check_cluster(cluster)
         cost_model = TunaCostModel(mach, calibrate=True)
         confirm = confirmations(measure, confirm)
         max_trials = measure - confirm
@@ -239,7 +258,9 @@ def tune(
             callbacks = [*callbacks, _Progress(progress, max_trials, cost_model, "measured" if hybrid else "predicted")]
         callbacks += list(measure_callbacks or [])
         if hybrid:
-            strategy = hybrid_strategy(work_dir, seed, progress, rows=cost_model.row)
+            strategy = hybrid_strategy(work_dir, seed, progress, rows=cost_model.row,
+                                       pick_tier="full" if pick_tier == "full" else None, machine=mach,
+                                       workers=workers, cluster=cluster)
             run.watched.append(strategy)
         elif search == "es":
             if cluster:

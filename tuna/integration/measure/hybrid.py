@@ -9,7 +9,8 @@ LocalRunner, and every measured candidate is kept with the wall time it was meas
   :data:`~tuna.integration.tuning.HYBRID_PER_ROUND` a round;
 - ``tuna-hybrid``: ``tuna.tune(..., measure=N)``: tuna's ES on its learning cost model,
   the last few of its N measurements measuring its fastest candidates once more (one run
-  per number of such confirmations asked for: ``tuna-hybrid-confirm-K``).
+  per number of such confirmations asked for, ``tuna-hybrid-confirm-K``, and per tier that
+  picks what is measured, ``tuna-hybrid-pick-T``).
 
 Each row says how many measured trials and how many seconds the tuner needed before one of
 its candidates ran within 5% of the yardstick (by the runner's own run times), and the
@@ -28,7 +29,8 @@ from typing import Any
 
 from tvm.s_tir import meta_schedule as ms
 
-from ..analysis import apply_trace
+from ...errors import TunaError
+from ..analysis import apply_trace, runner_tier
 from ..feature_extractor import FeatureExtractor
 from ..tuning import HYBRID_PER_ROUND, TuneResult, confirmations, tune
 from ..workloads import load_workload
@@ -59,6 +61,7 @@ def compare_hybrid(
     machine: str | None = None,
     seed: int = 0,
     confirms: Sequence[int | None] = (None,),
+    pick_tiers: Sequence[str | None] = (None,),
     progress: Progress = None,
 ) -> list[dict[str, Any]]:
     """Tune ``workload`` with measurement three ways (see the module) and compare them.
@@ -66,7 +69,8 @@ def compare_hybrid(
     ``confirms``: one tuna-hybrid run per value, each with that many confirming measurements
     (None: :func:`~tuna.integration.tuning.confirmations`' default); with more than one
     value, the runs are named ``tuna-hybrid-confirm-K``, so that one run compares them on the
-    same seed and the same machine state.
+    same seed and the same machine state. ``pick_tiers`` likewise, one run per value of
+    ``tune``'s ``pick_tier`` (rows ``tuna-hybrid-pick-T``), and one per pair with both.
 
     Returns
     -------
@@ -75,7 +79,7 @@ def compare_hybrid(
         (its fastest candidate by the runner, seconds), ``trials_to_5pct`` and
         ``seconds_to_5pct`` (None: never within 5% of ``metaschedule``'s best),
         ``latency`` (its pick re-timed here); tuna-hybrid rows also ``confirmed`` (its
-        confirming measurements).
+        confirming measurements) and ``pick_tier``.
 
     Raises
     ------
@@ -83,9 +87,14 @@ def compare_hybrid(
         When the target cannot run here.
     """
     confirms = list(confirms) or [None]
+    pick_tiers = list(pick_tiers) or [None]
     for k in confirms:
         confirmations(measure, k)  # a bad value stops the run before anything is tuned
+    for tier in pick_tiers:
+        if tier not in (None, "full", "ir"):
+            raise TunaError(f"pick tier {tier!r}: choose full or ir")
     mach = check_runnable(target, machine)
+    pick_tiers = [tier or runner_tier(mach) for tier in pick_tiers]
     mod = load_workload(workload)
     root = Path(work_dir)
     runs: list[tuple[str, list[Measured], float]] = []
@@ -107,15 +116,19 @@ def compare_hybrid(
     runs.append(("xgb-tuna", run.candidates, time.perf_counter() - start))
 
     hybrids: dict[str, TuneResult] = {}
+    tiers: dict[str, str] = {}
     for k in confirms:
-        method = "tuna-hybrid" if len(confirms) == 1 else f"tuna-hybrid-confirm-{confirmations(measure, k)}"
-        report(progress, f"{workload}: {method}, {measure} measured trials")
-        out: list[Measured] = []
-        quiet_metaschedule()  # its logging set-up of the runs above turned its console to INFO
-        start = time.perf_counter()
-        hybrids[method] = tune(mod, mach, root / method, measure=measure, confirm=k, seed=seed,
-                               measure_callbacks=[Recorder(out, start, measure, progress)])
-        runs.append((method, out, time.perf_counter() - start))
+        for tier in pick_tiers:
+            method = ("tuna-hybrid" + (f"-confirm-{confirmations(measure, k)}" if len(confirms) > 1 else "")
+                      + (f"-pick-{tier}" if len(pick_tiers) > 1 else ""))
+            report(progress, f"{workload}: {method}, {measure} measured trials")
+            out: list[Measured] = []
+            quiet_metaschedule()  # its logging set-up of the runs above turned its console to INFO
+            start = time.perf_counter()
+            hybrids[method] = tune(mod, mach, root / method, measure=measure, confirm=k, seed=seed, pick_tier=tier,
+                                   measure_callbacks=[Recorder(out, start, measure, progress)])
+            runs.append((method, out, time.perf_counter() - start))
+            tiers[method] = tier
 
     measured = [[c for c in cands if c.tuner_secs] for _, cands, _ in runs]
     yardstick = min(c.tuner_secs for c in measured[0]) if measured[0] else math.inf
@@ -129,6 +142,7 @@ def compare_hybrid(
             hybrid = hybrids[method]
             pick = hybrid.schedule.mod
             row["confirmed"] = len(hybrid.confirmed)
+            row["pick_tier"] = tiers[method]
             row["trials"] += len(hybrid.confirmed)
         else:
             pick = apply_trace(mod, best.trace).mod if best else None

@@ -160,26 +160,39 @@ def hybrid_strategy(
     progress: Callable[[str], None] | None,
     state_file: str = STATE_FILE,
     rows: Callable[[tvm.IRModule], Any] | None = None,
+    pick_tier: str | None = None,
+    machine: Machine | None = None,
+    workers: int | None = None,
+    cluster: str | None = None,
 ) -> ESSearch:
     """The :class:`ESSearch` of hybrid tuning (``tuna.tune(..., measure=N)``).
 
     It scores with the cost model ``tune_tir`` is given, in this process (a
     ``TunaCostModel(calibrate=True)``: the IR tier, corrected by what has been measured so
     far), :data:`HYBRID_GENERATIONS` generations of :data:`ES_POPULATION` per round, and
-    hands over the best of the shortlist re-scored at the hand-over
-    (:data:`HYBRID_SHORTLIST`). With ``rows`` (the cost model's ``row``), the shortlist
+    re-scores :data:`HYBRID_SHORTLIST` times as many of its best as are measured with what
+    the model has learned since. With ``rows`` (the cost model's ``row``), that shortlist
     holds candidates the model tells apart, from each other and from those measured
-    (``ESSearch(rows=...)``).
+    (``ESSearch(rows=...)``). It hands over the shortlist's best by the model, or with
+    ``pick_tier="full"`` by tuna's full tier for ``machine``, analysed in ``workers``
+    processes (None: one per physical core) or on ``cluster``.
     """
+    if workers is None:
+        workers = psutil.cpu_count(logical=False) or os.cpu_count() or 1
     return ESSearch(
         ES_POPULATION,
         HYBRID_GENERATIONS,
         score="model",
+        machine=machine,
+        workers=workers,
+        cluster=cluster,
         rerank=HYBRID_SHORTLIST,
         rows=rows,
+        pick_tier=pick_tier,
         seed=0 if seed is None else int(seed),
         state_path=Path(work_dir) / state_file,
-        progress=_round_report(progress, HYBRID_GENERATIONS, "model's best", None),
+        progress=_round_report(progress, HYBRID_GENERATIONS, "model's best",
+                               "analysed by the full tier" if pick_tier else None),
     )
 
 

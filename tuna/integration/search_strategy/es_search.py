@@ -126,7 +126,8 @@ class ESSearch(PySearchStrategy):
         runs past ``rerank_timeout`` is not handed over at all. With ``score="model"``:
         score those ``rerank * n`` again with the cost model as it is now, which may have
         learned from measurements since the ES scored them (``TunaCostModel(calibrate=True)``),
-        and hand over the best; with ``rows``, see there.
+        and hand over the best (with ``pick_tier``, the full tier's best); with ``rows``,
+        see there.
     rerank_timeout : float
         CPU seconds one candidate's full analysis may use in a worker when re-ranking.
     full_share : float
@@ -137,6 +138,11 @@ class ESSearch(PySearchStrategy):
         it would then be the best so far. The ``n`` handed over are the full tier's best, then,
         to fill the round, the IR tier's next best with their rescaled IR predictions (never
         the best in the database). 1: the full tier analyses every candidate handed over.
+    pick_tier : str, optional
+        With ``score="model"`` and ``rerank``: ``"full"`` analyses the ``rerank * n`` the cost
+        model re-scored with tuna's full tier, in ``workers`` processes or on ``cluster``, and
+        hands over the full tier's ``n`` best (those whose analysis fails or runs past
+        ``rerank_timeout`` only where too few others remain); None: the cost model's best.
     rows : callable, optional
         With ``score="model"`` and ``rerank``: the cost model's feature row of a scheduled
         module (``TunaCostModel.row``). The ``rerank * n`` re-scored are then candidates
@@ -173,6 +179,7 @@ class ESSearch(PySearchStrategy):
         rerank_timeout: float = RERANK_TIMEOUT,
         full_share: float = 1.0,
         rows: Callable[[tvm.IRModule], Any] | None = None,
+        pick_tier: str | None = None,
         known: Predictions | None = None,
         seed: int = 0,
         state_path: str | os.PathLike | None = None,
@@ -193,7 +200,9 @@ class ESSearch(PySearchStrategy):
         if not 0 < full_share <= 1:
             raise TunaError(f"ESSearch(full_share={full_share}): give a share in (0, 1]")
         self.rerank, self.rerank_timeout, self.full_share = int(rerank), float(rerank_timeout), float(full_share)
-        self.known, self.rows = known, rows
+        if pick_tier not in (None, "full") or (pick_tier and (score != "model" or not rerank)):
+            raise TunaError(f"ESSearch(pick_tier={pick_tier!r}): only 'full', with score='model' and rerank")
+        self.known, self.rows, self.pick_tier = known, rows, pick_tier
         self.state_path = Path(state_path) if state_path is not None else None
         #: Work-directory errors raised during the run (shared with clones): see :func:`tuna.tune`.
         self.failures: list[WorkDirError] = []
@@ -239,6 +248,7 @@ class ESSearch(PySearchStrategy):
             rerank_timeout=self.rerank_timeout,
             full_share=self.full_share,
             rows=self.rows,
+            pick_tier=self.pick_tier,
             known=self.known,
             seed=self.seed,
             state_path=self.state_path,
@@ -359,14 +369,18 @@ class _Run:
         if owner.score == "model":
             if self.cost_model is None:
                 raise TunaError("ESSearch(score='model') needs tune_tir to be given a cost model")
-            self.pool = None
+            self.pool = self._workers(owner.pick_tier) if owner.pick_tier else None
             return self._model_scores
-        machine = owner.machine if isinstance(owner.machine, Machine) else as_machine(self.ctx.target, owner.machine)
-        spec = worker_spec(self.mod, self.postprocs, machine, owner.score, intrinsics=self.spaces.tensorizes())
-        self.pool = workers_mod.make_evaluator(worker_setup, worker_score, spec, workers=owner.workers,
-                                               cluster=owner.cluster, timeout=owner.timeout,
-                                               shared=True)
+        self.pool = self._workers(owner.score)
         return lambda cands: self._scored(profile.IR, [self.spaces.trace(c) for c in cands])
+
+    def _workers(self, tier: str) -> Any:
+        """The processes (or Dask workers) that score traces with tuna's ``tier`` by default."""
+        owner = self.owner
+        machine = owner.machine if isinstance(owner.machine, Machine) else as_machine(self.ctx.target, owner.machine)
+        spec = worker_spec(self.mod, self.postprocs, machine, tier, intrinsics=self.spaces.tensorizes())
+        return workers_mod.make_evaluator(worker_setup, worker_score, spec, workers=owner.workers,
+                                          cluster=owner.cluster, timeout=owner.timeout, shared=True)
 
     def _scored(self, phase: str, payloads: list, timeout: float | None = None) -> list[float]:
         """Score ``payloads`` in the workers, adding the time to ``phase`` of the profile."""
@@ -455,7 +469,18 @@ class _Run:
                 if group:
                     now = self.cost_model.predict(self.ctx, [_measure_candidate(sch) for _, sch, _ in group])
                     ranked += [group[i] for i in sorted(range(len(group)), key=lambda i: -now[i])]
-            return ranked[:want]
+            if self.owner.pick_tier != "full":
+                return ranked[:want]
+            # The full tier reads the code the candidates compile to: it ranks them better than
+            # the IR tier the model corrects (README, "Tuning with few measurements").
+            start = time.perf_counter()
+            self._full_scores([c for c, _, _ in ranked])
+            failed = sum(self.full[c] <= WORST_SCORE for c, _, _ in ranked)
+            logger.info("tuna search: full tier analysed the model's best %d in %.1f s (%d failed or ran past %g CPU "
+                        "seconds)", len(ranked), time.perf_counter() - start, failed, self.owner.rerank_timeout)
+            order = sorted(range(len(ranked)), key=lambda i: (self.full[ranked[i][0]] <= WORST_SCORE,
+                                                             -self.full[ranked[i][0]], i))
+            return [ranked[i] for i in order[:want]]
         start = time.perf_counter()
         share = self.owner.full_share
         analysed = chosen if share >= 1 else chosen[:max(1, math.ceil(share * want))]
