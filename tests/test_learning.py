@@ -162,6 +162,24 @@ def test_hybrid_tuning_measures_what_the_model_picks_and_learns_from_it(tmp_path
         tuna.tune("GMM:1", host, tmp_path / "run", max_trials=8)
 
 
+def test_hybrid_tuning_measures_the_full_tiers_best_of_the_models_shortlist(tmp_path):
+    from tuna.integration.search_strategy.es_runs import HYBRID_SHORTLIST
+    from tuna.integration.work_dir import STATE_FILE
+
+    host = _host()
+    result = tuna.tune("SFM:1", host, tmp_path / "full", measure=8, seed=0)
+    state = json.loads((tmp_path / "full" / STATE_FILE).read_text())
+    full = {tuple(c): v for c, v in state["full"]}
+    measured = {tuple(c) for c in state["measured"]}
+    assert len(measured) == 8 == len(result.database.get_all_tuning_records())
+    assert 8 < len(full) <= HYBRID_SHORTLIST * 8 and measured <= set(full)  # the shortlist, all analysed
+    passed_over = [v for c, v in full.items() if c not in measured]
+    assert min(full[c] for c in measured) >= max(passed_over)  # and its best by the full tier measured
+    # picked by the model alone, nothing is analysed by the full tier
+    tuna.tune("SFM:1", host, tmp_path / "ir", measure=8, seed=0, pick_tier="ir")
+    assert json.loads((tmp_path / "ir" / STATE_FILE).read_text())["full"] == []
+
+
 def pool_module_of(workload):
     return tuna.integration.load_workload(workload)
 
@@ -240,10 +258,15 @@ def test_hybrid_tuning_refuses_what_it_cannot_measure(tmp_path, capsys):
         tuna.tune("GMM:1", "zen4", tmp_path / "c", confirm=2)
     with pytest.raises(tuna.TunaError, match="confirm=1"):
         tuna.tune("GMM:1", "zen4", tmp_path / "c", measure=16, confirm=1)
+    with pytest.raises(tuna.TunaError, match="give measure=N"):
+        tuna.tune("GMM:1", "zen4", tmp_path / "c", pick_tier="full")
+    with pytest.raises(tuna.TunaError, match="choose full or ir"):
+        tuna.tune("GMM:1", "zen4", tmp_path / "c", measure=8, pick_tier="model")
     for argv, message in ((["GMM:1", "--measure", "0"], "at least 1"), (["bert", "--measure", "8"], "offline only"),
                           (["GMM:1", "--target", "graviton2", "--measure", "8"], "cross target"),
                           (["GMM:1", "--confirm", "2"], "give --measure N"),
-                          (["GMM:1", "--measure", "8", "--confirm", "8"], "confirm=8")):
+                          (["GMM:1", "--measure", "8", "--confirm", "8"], "confirm=8"),
+                          (["GMM:1", "--pick-tier", "full"], "give --measure N")):
         assert cli.main(["tune", *argv, "--work-dir", str(tmp_path)]) == 2
         assert message in capsys.readouterr().err
     assert not any(tmp_path.iterdir())  # nothing tuned
@@ -296,6 +319,17 @@ def test_bench_hybrid_compares_confirmation_counts_on_one_seed(tmp_path):
     assert [r["method"] for r in rows] == ["metaschedule", "xgb-tuna", "tuna-hybrid-confirm-2", "tuna-hybrid-confirm-0"]
     assert [r["trials"] for r in rows] == [16, 8, 8, 8] and [r.get("confirmed") for r in rows] == [None, None, 2, 0]
     assert all(r["latency"] > 0 for r in rows)
+
+
+@pytest.mark.slow
+def test_bench_hybrid_compares_the_tiers_that_pick_on_one_seed(tmp_path):
+    out = tmp_path / "hybrid.json"
+    argv = ["bench", "hybrid", "NRM:0", "--measure", "8", "--xgb-trials", "8", "--ms-trials", "16", "--pick-tier",
+            "full", "ir", "--work-dir", str(tmp_path / "w"), "--json", str(out)]
+    assert cli.main(argv) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["method"] for r in rows] == ["metaschedule", "xgb-tuna", "tuna-hybrid-pick-full", "tuna-hybrid-pick-ir"]
+    assert [r.get("pick_tier") for r in rows] == [None, None, "full", "ir"] and all(r["latency"] > 0 for r in rows)
 
 
 @pytest.mark.slow

@@ -268,6 +268,13 @@ def test_full_share_is_a_share():
         tuna.ESSearch(16, score="ir", rerank=1, full_share=1.5)
 
 
+def test_only_the_full_tier_picks_from_the_models_shortlist():
+    for kwargs in ({"score": "model", "rerank": 4, "pick_tier": "ir"},
+                   {"score": "ir", "rerank": 4, "pick_tier": "full"}, {"score": "model", "pick_tier": "full"}):
+        with pytest.raises(tuna.TunaError, match="pick_tier"):
+            tuna.ESSearch(16, **kwargs)
+
+
 def test_re_ranking_needs_the_ir_tier_or_the_model():
     with pytest.raises(tuna.TunaError, match="rerank"):
         tuna.ESSearch(16, score="full", rerank=2)

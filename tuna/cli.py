@@ -230,8 +230,10 @@ def _tune(args: argparse.Namespace) -> int:
         if args.measure is None:
             print(f"   {args.trials} candidates, all predicted by static analysis; nothing runs on the target")
         else:
-            print(f"   hybrid: {args.measure} candidates measured on this machine, chosen by tuna's model, which "
-                  "learns from each round's run times")
+            picker = ("" if (args.pick_tier or integration.runner_tier(mach)) == "ir"
+                      else "tuna's full tier among the best of ")
+            print(f"   hybrid: {args.measure} candidates measured on this machine, chosen by {picker}tuna's model "
+                  "(which learns from each round's run times)")
             suffix = "-measured"  # measured and predicted run times never share a database
         work_dir = work_root / f"{Path(str(args.workload)).stem.replace(':', '-')}-{mach.name}{suffix}"
         profile.reset()
@@ -942,10 +944,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--search", choices=["evolutionary", "es"], default="es",
                    help="tuna's evolution strategies (es, the default), which score candidates in worker processes "
                         "or on a cluster, or MetaSchedule's evolutionary search driven by tuna's cost model")
-    p.add_argument("--workers", type=int, help="worker processes scoring candidates for --search es "
-                                             "(default: one per physical core)")
-    p.add_argument("--cluster", help="Dask scheduler for --search es: tcp://host:port, or local:N to start N "
-                                     "local worker processes (bound to 127.0.0.1)")
+    p.add_argument("--workers", type=int, help="worker processes scoring candidates for --search es and for "
+                                             "--measure's full tier (default: one per physical core)")
+    p.add_argument("--cluster", help="Dask scheduler for --search es and --measure's full tier: tcp://host:port, "
+                                     "or local:N to start N local worker processes (bound to 127.0.0.1)")
     p.add_argument("--measure", type=int, metavar="N",
                    help="hybrid tuning: measure N candidates on this machine (MetaSchedule's LocalRunner), a few "
                         "a round, chosen by tuna's model, which learns from their run times; the target's code "

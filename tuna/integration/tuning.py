@@ -152,9 +152,10 @@ def tune(
         threads their records differed, on one they were the same); ``"physical"``
         otherwise (tuna's ES draws its candidates itself).
     workers : int, optional
-        Worker processes for ``search="es"`` (1: in this process; default: one per physical core).
+        Worker processes for ``search="es"``, and for the full tier of hybrid tuning's
+        ``pick_tier="full"`` (1: in this process; default: one per physical core).
     cluster : str, optional
-        Dask scheduler address or ``local:N`` for ``search="es"``.
+        Dask scheduler address or ``local:N`` for ``search="es"`` and that full tier.
     measure : int, optional
         Hybrid tuning: measure ``measure`` candidates in all (``max_trials``,
         ``num_trials_per_iter`` and ``search`` do not apply). Each round the ES
