@@ -205,7 +205,7 @@ def _round_report(progress: Callable[[str], None] | None, generations: int, best
             return
         best = p.best_seconds
         best_text = f"{best * 1e6:10.1f} us" if best is not None else "      none"
-        reranked = f"{p.reranked} {reranked_name} ({p.rejected} rejected) | " if reranked_name else ""
+        reranked = f"{p.reranked} {reranked_name} ({p.rejected} failed) | " if reranked_name else ""
         progress(f"  es generation {p.es.generation:>4} | {best_name} {best_text} | "
                  f"{p.es.evaluations:>6} scored ({p.es.candidates_per_second:,.0f}/s) | {reranked}"
                  f"{p.measured}/{p.max_trials} handed to the runner")
