@@ -214,8 +214,7 @@ def tune(
         raise TunaError("confirm re-measures in hybrid tuning only: give measure=N as well")
     if pick_tier is not None and measure is None:
         raise TunaError("pick_tier chooses what hybrid tuning measures: give measure=N as well")
-    if pick_tier not in (None, "full", "ir"):
-        raise TunaError(f"pick_tier={pick_tier!r}: choose full or ir")
+    check_pick_tier(pick_tier)
     mach = as_machine(target, machine)
     if isinstance(workload, tirx.PrimFunc):
         mod = tvm.IRModule({"main": workload})
@@ -317,6 +316,12 @@ HYBRID_PER_ROUND = 8
 #: Of a hybrid run's measurements, how many measure its fastest candidates a second time
 #: (``tune(..., confirm=...)``'s default, for ``measure`` of at least 8 times this).
 CONFIRM = 4
+
+
+def check_pick_tier(pick_tier: str | None) -> None:
+    """TunaError unless ``pick_tier`` is one :func:`tune` takes (None, ``"full"`` or ``"ir"``)."""
+    if pick_tier not in (None, "full", "ir"):
+        raise TunaError(f"pick_tier={pick_tier!r}: choose full or ir")
 
 
 def confirmations(measure: int, confirm: int | None = None) -> int:

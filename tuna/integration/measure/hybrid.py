@@ -29,10 +29,9 @@ from typing import Any
 
 from tvm.s_tir import meta_schedule as ms
 
-from ...errors import TunaError
 from ..analysis import apply_trace, runner_tier
 from ..feature_extractor import FeatureExtractor
-from ..tuning import HYBRID_PER_ROUND, TuneResult, confirmations, tune
+from ..tuning import HYBRID_PER_ROUND, TuneResult, check_pick_tier, confirmations, tune
 from ..workloads import load_workload
 from .measured_tuning import Measured, Recorder, quiet_metaschedule, tune_measured
 from .timing import Progress, check_runnable, report, time_interleaved
@@ -91,8 +90,7 @@ def compare_hybrid(
     for k in confirms:
         confirmations(measure, k)  # a bad value stops the run before anything is tuned
     for tier in pick_tiers:
-        if tier not in (None, "full", "ir"):
-            raise TunaError(f"pick tier {tier!r}: choose full or ir")
+        check_pick_tier(tier)  # likewise
     mach = check_runnable(target, machine)
     pick_tiers = [tier or runner_tier(mach) for tier in pick_tiers]
     mod = load_workload(workload)

@@ -128,14 +128,12 @@ def es_strategy(
     """
     rerank = ES_RERANK if runner_tier(machine) == "full" else 0
     generations = max(1, math.ceil(ES_SCORED_PER_POPULATION * population_size / ES_POPULATION))
-    if workers is None:
-        workers = psutil.cpu_count(logical=False) or os.cpu_count() or 1
     return ESSearch(
         ES_POPULATION,
         generations,
         score="ir",
         machine=machine,
-        workers=workers,
+        workers=_workers(workers),
         cluster=cluster,
         rerank=rerank,
         full_share=ES_FULL_SHARE,
@@ -177,14 +175,12 @@ def hybrid_strategy(
     ``pick_tier="full"`` by tuna's full tier for ``machine``, analysed in ``workers``
     processes (None: one per physical core) or on ``cluster``.
     """
-    if workers is None:
-        workers = psutil.cpu_count(logical=False) or os.cpu_count() or 1
     return ESSearch(
         ES_POPULATION,
         HYBRID_GENERATIONS,
         score="model",
         machine=machine,
-        workers=workers,
+        workers=_workers(workers),
         cluster=cluster,
         rerank=HYBRID_SHORTLIST,
         rows=rows,
@@ -194,6 +190,11 @@ def hybrid_strategy(
         progress=_round_report(progress, HYBRID_GENERATIONS, "model's best",
                                "analysed by the full tier" if pick_tier else None),
     )
+
+
+def _workers(workers: int | None) -> int:
+    """The worker processes asked for, or by default one per physical core."""
+    return workers if workers is not None else psutil.cpu_count(logical=False) or os.cpu_count() or 1
 
 
 def _round_report(progress: Callable[[str], None] | None, generations: int, best_name: str,
