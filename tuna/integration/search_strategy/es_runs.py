@@ -92,7 +92,8 @@ ES_RERANK = 1
 #: tuning (``scripts/bench_es_budget.py``, runs in ``docs/bench/es-budget``: twelve workloads,
 #: the six Ansor ones and held-out set 3, 3 seeds, 64 trials, picks re-timed in one run): 2.5
 #: picked at a geometric mean of 0.875 of the pools' best against 0.869 with 5, in 0.69x the
-#: time.
+#: time. Fewer cost quality: on new seeds (3-5, runs 3 and 4 there) 1.5 picked at 0.881
+#: against 0.901 with 2.5 (with half re-ranked by the full tier, as by default), in 0.74x the time.
 ES_SCORED_PER_POPULATION = 2.5
 
 #: Share of the candidates :func:`es_strategy` hands over that the full tier analyses
@@ -100,7 +101,9 @@ ES_SCORED_PER_POPULATION = 2.5
 #: pick; the rest keep the IR tier's prediction). In a second run as above: 0.872 of the
 #: pools' best with 2.5 and a half, 0.877 with 2.5 and all, 0.883 with the earlier 5 and
 #: all, 0.863 with 2.5 and a quarter; 0.49x, 0.69x, 1x and 0.38x the time. Seed to seed,
-#: one workload's picks vary by more than these differences.
+#: one workload's picks vary by more than these differences; but on seeds 3-5 (runs 3 and 4)
+#: a quarter again picked worse than a half (0.880 against 0.900, in 0.82x the time; the
+#: default, tuned and re-timed twice, 0.900 and 0.901).
 ES_FULL_SHARE = 0.5
 
 
