@@ -6,6 +6,7 @@ import pytest
 import tvm
 
 from tuna import integration, machine
+from tuna.cpu import ir_tier
 from tuna.cpu.codegen import codegen_loops, tvm_unrolled
 from tuna.integration.workloads import parse_tvmscript, tvm_target
 from tuna.ir import LoopKind, walk
@@ -44,3 +45,54 @@ def test_the_loop_vectorizer_bound_on_body_accesses_matches_llvm(k, parallel):
     # which only a parallel loop's body is limited to.
     assert (packed > 0, scalar > 0) == (vectorized, not vectorized)
     assert predicted == (LoopKind.VECTORIZED if vectorized else LoopKind.SERIAL)
+
+
+def _depthwise(width: int, pad_inside: bool) -> tvm.IRModule:
+    """A 3 x 3 depthwise convolution as MetaSchedule's CPU schedules have it: a rolled loop over
+    ``width`` output columns around the unrolled window of three channels, whose accumulators
+    (a cache-write stage) are allocated in that loop; the padded input is computed in the
+    parallel loop, or with ``pad_inside`` in the columns' loop as well."""
+    from tvm import s_tir, te
+
+    a = te.placeholder((12, 4, width), name="A")
+    k = te.placeholder((12, 3, 3), name="K")
+    p = te.compute((12, 6, width + 2), lambda c, y, x: tvm.tirx.if_then_else(
+        tvm.tirx.all(y >= 1, y <= 4, x >= 1, x <= width), a[c, y - 1, x - 1], 0.0), name="P")
+    ry, rx = te.reduce_axis((0, 3), name="ry"), te.reduce_axis((0, 3), name="rx")
+    o = te.compute((12, 4, width), lambda c, y, x: te.sum(p[c, y + ry, x + rx] * k[c, ry, rx], axis=[ry, rx]), name="O")
+    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([a, k, o]).with_attr("tirx.noalias", True)}))
+    block = sch.get_sblock("O")
+    acc = sch.cache_write(block, 0, "global")
+    c, y, x, r1, r2 = sch.get_loops(block)
+    c0, c1 = sch.split(c, [4, 3])
+    sch.reorder(c0, y, x, r1, r2, c1)
+    outer = sch.fuse(c0, y)
+    sch.parallel(outer)
+    sch.annotate(outer, "pragma_auto_unroll_max_step", 64)  # as MetaSchedule unrolls: TVM, explicitly
+    sch.annotate(outer, "pragma_unroll_explicit", 1)
+    sch.reverse_compute_at(acc, x)
+    sch.decompose_reduction(block, r1)
+    sch.compute_at(sch.get_sblock("P"), x if pad_inside else outer)
+    return sch.mod
+
+
+@pytest.mark.parametrize(("width", "pad_inside"), [(14, False), (7, False), (14, True)])
+def test_accumulators_allocated_in_the_loop_leave_it_to_the_loop_vectorizer_as_llvm_does(width, pad_inside):
+    zen4 = machine.preset("zen4")
+    mod = _depthwise(width, pad_inside)
+    kernel = integration.kernel_from_module(mod)
+    homes = {alloc.name: alloc.loop for alloc in kernel.allocations}
+    assert homes["O_global"] == "x"  # (compaction placed the accumulators in the columns' loop)
+    (stmt, loops), = [(s, lp) for s, lp in walk(kernel.body) if s.op_count("fma")]
+    tvm_loops = frozenset(tvm_unrolled(kernel))
+    columns = [lp.kind for lp in codegen_loops(stmt, loops, zen4, tvm_loops, homes) if lp.var == "x"]
+    asm = tvm.compile(mod, target=tvm_target(zen4)).mod.inspect_source("s")
+    fmas = collections.Counter(line.split()[0][-2:] for line in asm.splitlines() if "vfmadd" in line)
+    # Private accumulators vectorize the columns (LLVM: 27 packed FMAs, 7 or 14 lanes in 16);
+    # a padded input recomputed in every column keeps them scalar.
+    assert (fmas["ps"] > 0, fmas["ss"] > 0) == (not pad_inside, pad_inside)
+    assert columns == [LoopKind.SERIAL if pad_inside else LoopKind.VECTORIZED]
+    if not pad_inside:  # (without the allocations the model took them for scalar code)
+        assert [lp.kind for lp in codegen_loops(stmt, loops, zen4, tvm_loops) if lp.var == "x"] == [LoopKind.SERIAL]
+    feats = ir_tier.features(kernel, zen4)  # the IR tier counts one FMA per window tap and channel
+    assert feats["lanes_fma"] / feats["fma"] == (1 if pad_inside else width)

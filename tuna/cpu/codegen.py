@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 
 from ..ir import Access, KernelIR, Loop, LoopKind, Node, Statement
 from ..machine import Machine
@@ -96,9 +97,13 @@ def contiguous_in(access: Access, var: str) -> bool:
 
 
 def codegen_loops(
-    stmt: Statement, loops: tuple[Loop, ...], machine: Machine, tvm: frozenset[str] | None = None
+    stmt: Statement, loops: tuple[Loop, ...], machine: Machine, tvm: frozenset[str] | None = None,
+    homes: Mapping[str, str | None] | None = None,
 ) -> tuple[Loop, ...]:
     """``loops`` with the kinds LLVM gives them when it compiles TVM's loop nest.
+
+    ``homes`` maps buffers allocated in the kernel to the loop they are allocated in
+    (:attr:`~tuna.ir.Allocation.loop`; see :func:`_private_writes`).
 
     Innermost serial loops small enough for LLVM's full unrolling become unrolled. When TVM
     vectorized nothing, LLVM still does: the loop vectorizer takes the innermost rolled loop
@@ -116,12 +121,42 @@ def codegen_loops(
     (shipped and heldout-pools 1-5), candidates counted as vectorized there ran a median 1.6x
     slower than predicted relative to their pool (250 candidates; e.g. a 1 x 1 convolution's
     columns around its channel sum: LLVM packed four output channels with gathers instead).
+
+    A store into a buffer allocated anew in each iteration of the loop does not keep the loop
+    vectorizer from it (:func:`_private_writes`).
     """
-    return _codegen(stmt, loops, machine, tvm)[0]
+    return _codegen(stmt, loops, machine, tvm, homes)[0]
+
+
+def _private_writes(
+    stmt: Statement, loops: tuple[Loop, ...], pos: int, inner_unrolled: set[str],
+    homes: Mapping[str, str | None] | None,
+) -> set[tuple]:
+    """The stores of ``stmt`` into buffers private to each iteration of ``loops[pos]``.
+
+    A buffer allocated in that loop or inside it (a cache-write stage MetaSchedule placed
+    there, compacted to one iteration's tile) and stored at subscripts that only loops
+    unrolled inside it (``inner_unrolled``) vary is a set of scalars after the unrolling:
+    LLVM's SROA keeps them in registers, one per iteration, and the loop vectorizer gives
+    each lane its own. Compiled probes (TVM 0.27's LLVM, znver4: a depthwise 3 x 3 window
+    around a rolled loop of 7-28 output columns, three channels' accumulators allocated in
+    it, unrolled by MetaSchedule's explicit-unroll pragma) all vectorized the columns. Over 40
+    development pools, LLVM vectorized 57 of the 77 candidates the IR tier had kept scalar for
+    such a store (44 of 58 where the loop's other accesses allowed it), and the IR tier
+    predicted those 57 a median 2x slower, relative to their pools, than they ran.
+    """
+    inside = {lp.var for lp in loops[pos:]}
+    return {
+        (a.buffer, a.indices)
+        for a in stmt.accesses
+        if a.write and (homes or {}).get(a.buffer) in inside
+        and all(not ix.opaque and all(v in inner_unrolled for v, _ in ix.coeffs) for ix in a.indices)
+    }
 
 
 def _codegen(
-    stmt: Statement, loops: tuple[Loop, ...], machine: Machine, tvm: frozenset[str] | None
+    stmt: Statement, loops: tuple[Loop, ...], machine: Machine, tvm: frozenset[str] | None,
+    homes: Mapping[str, str | None] | None = None,
 ) -> tuple[tuple[Loop, ...], set[str], set[int]]:
     """:func:`codegen_loops`, with the loops TVM unrolls (names) and those LLVM unrolls completely (positions)."""
     unrolled = unrolled_loops(loops, tvm)
@@ -142,11 +177,21 @@ def _codegen(
             continue  # each copy's stores sit between the updates of a reduction unrolled inside it
         if not slp and parallel and _body_accesses(stmt, loops[pos + 1 :]) > MAX_LOOP_VECTORIZER_ACCESSES:
             break  # the loop vectorizer gives up on a body this large (and takes only innermost loops)
+        inner_unrolled = {x.var for i, x in enumerate(loops) if i > pos and (x.var in unrolled or i in full)}
+        private = set() if slp else _private_writes(stmt, loops, pos, inner_unrolled, homes)
+        # With private stores, a read of another buffer allocated anew in each iteration (a
+        # padding stage placed there) is not invariant either: each lane would need its own.
+        inside = {x.var for x in loops[pos:]}
+        fresh = {buf for buf, home in (homes or {}).items() if home in inside} if private else set()
         if (
             lp.extent >= MIN_AUTO_LANES
             and writes
-            and all(contiguous_in(w, lp.var) for w in writes)
-            and all(contiguous_in(a, lp.var) or not a.depends_on(lp.var) for a in stmt.accesses)
+            and all(contiguous_in(w, lp.var) or (w.buffer, w.indices) in private for w in writes)
+            and all(
+                contiguous_in(a, lp.var)
+                or (not a.depends_on(lp.var) and (a.buffer not in fresh or (a.buffer, a.indices) in private))
+                for a in stmt.accesses
+            )
         ):
             out[pos] = dataclasses.replace(lp, kind=LoopKind.VECTORIZED)
             break
@@ -189,14 +234,17 @@ def _llvm_unrolling(
     return region, full
 
 
-def rolled_around(stmt: Statement, loops: tuple[Loop, ...], machine: Machine, tvm: frozenset[str]) -> tuple[Loop, ...]:
+def rolled_around(
+    stmt: Statement, loops: tuple[Loop, ...], machine: Machine, tvm: frozenset[str],
+    homes: Mapping[str, str | None] | None = None,
+) -> tuple[Loop, ...]:
     """The loops of ``stmt`` that stay loops in the machine code (with the kinds LLVM gives them).
 
     Statements with the same such loops share one straight-line run of code in the body of
     the innermost: everything between is unrolled or vectorized by TVM. A loop LLVM's loop
     vectorizer takes stays a loop (of vectors); those it unrolls completely do not.
     """
-    code, unrolled, full = _codegen(stmt, loops, machine, tvm)
+    code, unrolled, full = _codegen(stmt, loops, machine, tvm, homes)
     return tuple(
         code[pos]
         for pos, lp in enumerate(loops)
@@ -205,7 +253,8 @@ def rolled_around(stmt: Statement, loops: tuple[Loop, ...], machine: Machine, tv
 
 
 def hoisted_loops(
-    statements: list[tuple[Statement, tuple[Loop, ...]]], machine: Machine, tvm: frozenset[str]
+    statements: list[tuple[Statement, tuple[Loop, ...]]], machine: Machine, tvm: frozenset[str],
+    homes: Mapping[str, str | None] | None = None,
 ) -> list[frozenset[str]]:
     """Per statement of one nest (``walk`` order), the rolled loops LLVM's LICM moves it out of.
 
@@ -218,7 +267,7 @@ def hoisted_loops(
     """
     out = []
     for stmt, loops in statements:
-        rolled = {lp.var for lp in rolled_around(stmt, loops, machine, tvm)}
+        rolled = {lp.var for lp in rolled_around(stmt, loops, machine, tvm, homes)}
         hoisted: set[str] = set()
         for depth in range(len(loops) - 1, -1, -1):
             lp = loops[depth]

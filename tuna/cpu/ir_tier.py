@@ -135,7 +135,7 @@ def statement_counts(
     """
     counts: Counter = Counter()
     by_tvm = any(lp.kind == LoopKind.VECTORIZED for lp in loops)
-    loops = codegen_loops(stmt, loops, machine, tvm)
+    loops = codegen_loops(stmt, loops, machine, tvm, homes)
     execs = math.prod(lp.extent for lp in loops)
     vec = _vector_loop(loops)
     # LLVM's own loop vectorizer may pick another width than TVM's vectors get (Machine.auto_vector_bits).
@@ -406,8 +406,9 @@ def _call_block_ops(
     counts the instructions of the basic blocks with calls.
     """
     runs: dict[tuple[str, ...], list] = {}
+    homes = {name: alloc.loop for name, alloc in allocations.items()}
     for stmt, loops, counts in stmts:
-        rolled = rolled_around(stmt, loops, machine, tvm)
+        rolled = rolled_around(stmt, loops, machine, tvm, homes)
         runs.setdefault(tuple(lp.var for lp in rolled), [rolled, []])[1].append((stmt, counts))
     total = 0.0
     for rolled, members in runs.values():
@@ -435,7 +436,7 @@ def _nest_counts(
     homes = {name: alloc.loop for name, alloc in allocations.items()}
     walked = list(walk((node,)))
     stmts = []
-    for (stmt, loops), hoisted in zip(walked, hoisted_loops(walked, machine, tvm), strict=True):
+    for (stmt, loops), hoisted in zip(walked, hoisted_loops(walked, machine, tvm, homes), strict=True):
         # A loop LICM hoists the statement out of runs it once (codegen.hoisted_loops).
         counted = tuple(dataclasses.replace(lp, extent=1) if lp.var in hoisted else lp for lp in loops)
         stmts.append((stmt, loops, statement_counts(stmt, counted, machine, tvm, homes)))
