@@ -30,6 +30,7 @@ import numpy as np
 import tuna
 from tuna import bench, linear
 from tuna.cli import _cached_features
+from tuna.errors import TunaError
 
 #: Lanes per FMA instruction from which a candidate's multiply-adds count as vectorized.
 VECTOR_LANES = 2.0
@@ -52,10 +53,13 @@ def main() -> None:
     parser.add_argument("--features-cache", required=True)
     parser.add_argument("--json")
     args = parser.parse_args()
-    mach = tuna.resolve(args.target)
-    paths = [p for folder in args.pools for p in bench.pool_files(folder)] if args.pools else bench.shipped_pools()
-    pools = [bench.load_pool(p) for p in paths]
-    feats, _ = _cached_features(pools, mach, ["ir", "full"], args.features_cache)
+    try:
+        mach = tuna.resolve(args.target)
+        paths = [p for folder in args.pools for p in bench.pool_files(folder)] if args.pools else bench.shipped_pools()
+        pools = [bench.load_pool(p) for p in paths]
+        feats, _ = _cached_features(pools, mach, ["ir", "full"], args.features_cache)
+    except (TunaError, OSError) as err:
+        raise SystemExit(f"audit_ir_vectorization: {err}") from None
     coeffs = linear.coefficients(mach, "ir")
     errors: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for pool in pools:
