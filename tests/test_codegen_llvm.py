@@ -4,6 +4,7 @@ import collections
 
 import pytest
 import tvm
+from tvm import s_tir, te
 
 from tuna import integration, machine
 from tuna.cpu import ir_tier
@@ -52,8 +53,6 @@ def _depthwise(width: int, pad_inside: bool) -> tvm.IRModule:
     ``width`` output columns around the unrolled window of three channels, whose accumulators
     (a cache-write stage) are allocated in that loop; the padded input is computed in the
     parallel loop, or with ``pad_inside`` in the columns' loop as well."""
-    from tvm import s_tir, te
-
     a = te.placeholder((12, 4, width), name="A")
     k = te.placeholder((12, 3, 3), name="K")
     p = te.compute((12, 6, width + 2), lambda c, y, x: tvm.tirx.if_then_else(
@@ -94,5 +93,5 @@ def test_accumulators_allocated_in_the_loop_leave_it_to_the_loop_vectorizer_as_l
     assert columns == [LoopKind.SERIAL if pad_inside else LoopKind.VECTORIZED]
     if not pad_inside:  # (without the allocations the model took them for scalar code)
         assert [lp.kind for lp in codegen_loops(stmt, loops, zen4, tvm_loops) if lp.var == "x"] == [LoopKind.SERIAL]
-    feats = ir_tier.features(kernel, zen4)  # the IR tier counts one FMA per window tap and channel
+    feats = ir_tier.features(kernel, zen4)  # one vector FMA of `width` lanes per tap and channel
     assert feats["lanes_fma"] / feats["fma"] == (1 if pad_inside else width)
