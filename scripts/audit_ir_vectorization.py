@@ -1,6 +1,6 @@
 """Where the CPU IR tier's model of LLVM's vectorization disagrees with the code LLVM emits.
 
-    .venv/bin/python scripts/audit_ir_vectorization.py [POOLS_DIR ...] --features-cache DIR [--json out.json]
+    .venv/bin/python scripts/audit_ir_vectorization.py [POOLS ...] --features-cache DIR [--json out.json]
 
 For every candidate of the pools (the shipped ones by default) whose loop tree has
 multiply-adds, the IR tier's lanes per FMA instruction (its ``lanes_fma / fma``: what
@@ -28,8 +28,8 @@ from collections import defaultdict
 import numpy as np
 
 import tuna
-from tuna import bench, linear
-from tuna.cli import _cached_features
+from tuna import linear
+from tuna.cli import _cached_features, _load_pools
 from tuna.errors import TunaError
 
 #: Lanes per FMA instruction from which a candidate's multiply-adds count as vectorized.
@@ -48,15 +48,14 @@ def _cell(ir: dict, full: dict) -> str | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("pools", nargs="*", help="folders of pools (default: the shipped pools)")
+    parser.add_argument("pools", nargs="*", help="pool files or folders of them (default: the shipped pools)")
     parser.add_argument("--target", default="zen4")
     parser.add_argument("--features-cache", required=True)
     parser.add_argument("--json")
     args = parser.parse_args()
     try:
         mach = tuna.resolve(args.target)
-        paths = [p for folder in args.pools for p in bench.pool_files(folder)] if args.pools else bench.shipped_pools()
-        pools = [bench.load_pool(p) for p in paths]
+        pools = _load_pools(args.pools)
         feats, _ = _cached_features(pools, mach, ["ir", "full"], args.features_cache)
     except (TunaError, OSError) as err:
         raise SystemExit(f"audit_ir_vectorization: {err}") from None

@@ -1,6 +1,6 @@
 """Hybrid tuning's rounds replayed on measured pools: what picks the candidates to measure.
 
-    .venv/bin/python scripts/bench_hybrid_pick.py [POOLS_DIR ...] --features-cache DIR \
+    .venv/bin/python scripts/bench_hybrid_pick.py [POOLS ...] --features-cache DIR \
         [--shortlist 32] [--rounds 4] [--per-round 8] [--draws 5] [--json out.json]
 
 Each pool (the shipped ones by default) stands for a search space whose candidates are all
@@ -30,8 +30,7 @@ import math
 import numpy as np
 
 import tuna
-from tuna import bench
-from tuna.cli import _cached_features
+from tuna.cli import _cached_features, _load_pools
 from tuna.integration.cost_model.correction import MIN_MEASURED, Correction, scores
 from tuna.integration.feature_extractor import feature_row
 
@@ -75,7 +74,7 @@ def replay(secs, ir_rows, full_rows, rule, rng, keep, shortlist, rounds, per_rou
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("pools", nargs="*", help="folders of pools (default: the shipped pools)")
+    parser.add_argument("pools", nargs="*", help="pool files or folders of them (default: the shipped pools)")
     parser.add_argument("--target", default="zen4")
     parser.add_argument("--features-cache", required=True)
     parser.add_argument("--shortlist", type=int, default=32)
@@ -85,8 +84,7 @@ def main() -> None:
     parser.add_argument("--json")
     args = parser.parse_args()
     mach = tuna.resolve(args.target)
-    paths = [p for folder in args.pools for p in bench.pool_files(folder)] if args.pools else bench.shipped_pools()
-    pools = [bench.load_pool(p) for p in paths]
+    pools = _load_pools(args.pools)
     feats, _ = _cached_features(pools, mach, ["ir", "full"], args.features_cache)
     results: dict[str, dict[str, list[list[float]]]] = {}
     for pool in pools:

@@ -129,14 +129,16 @@ def codegen_loops(
 
 
 def _private_writes(
-    stmt: Statement, loops: tuple[Loop, ...], pos: int, inner_unrolled: set[str],
-    homes: Mapping[str, str | None] | None,
+    stmt: Statement, loops: tuple[Loop, ...], pos: int, inside: set[str], unrolled: set[str], full: set[int],
+    homes: Mapping[str, str | None],
 ) -> set[tuple]:
-    """The stores of ``stmt`` into buffers private to each iteration of ``loops[pos]``.
+    """The stores of ``stmt`` into buffers private to each iteration of ``loops[pos]``
+    (``inside``: the variables of that loop and those inside it; ``unrolled`` and ``full``: the
+    loops TVM and LLVM unroll, as :func:`_codegen` has them).
 
     A buffer allocated in that loop or inside it (a cache-write stage MetaSchedule placed
     there, compacted to one iteration's tile) and stored at subscripts that only loops
-    unrolled inside it (``inner_unrolled``) vary is a set of scalars after the unrolling:
+    unrolled inside it vary is a set of scalars after the unrolling:
     LLVM's SROA keeps them in registers, one per iteration, and the loop vectorizer gives
     each lane its own. Compiled probes (TVM 0.27's LLVM, znver4: a depthwise 3 x 3 window
     around a rolled loop of 7-28 output columns, three channels' accumulators allocated in
@@ -145,11 +147,11 @@ def _private_writes(
     such a store (44 of 58 where the loop's other accesses allowed it), and the IR tier
     predicted those 57 a median 2x slower, relative to their pools, than they ran.
     """
-    inside = {lp.var for lp in loops[pos:]}
+    inner_unrolled = {x.var for i, x in enumerate(loops) if i > pos and (x.var in unrolled or i in full)}
     return {
         (a.buffer, a.indices)
         for a in stmt.accesses
-        if a.write and (homes or {}).get(a.buffer) in inside
+        if a.write and homes.get(a.buffer) in inside
         and all(not ix.opaque and all(v in inner_unrolled for v, _ in ix.coeffs) for ix in a.indices)
     }
 
@@ -177,12 +179,14 @@ def _codegen(
             continue  # each copy's stores sit between the updates of a reduction unrolled inside it
         if not slp and parallel and _body_accesses(stmt, loops[pos + 1 :]) > MAX_LOOP_VECTORIZER_ACCESSES:
             break  # the loop vectorizer gives up on a body this large (and takes only innermost loops)
-        inner_unrolled = {x.var for i, x in enumerate(loops) if i > pos and (x.var in unrolled or i in full)}
-        private = set() if slp else _private_writes(stmt, loops, pos, inner_unrolled, homes)
-        # With private stores, a read of another buffer allocated anew in each iteration (a
-        # padding stage placed there) is not invariant either: each lane would need its own.
-        inside = {x.var for x in loops[pos:]}
-        fresh = {buf for buf, home in (homes or {}).items() if home in inside} if private else set()
+        private: set[tuple] = set()
+        fresh: set[str] = set()
+        if homes and not slp:
+            inside = {x.var for x in loops[pos:]}
+            private = _private_writes(stmt, loops, pos, inside, unrolled, full, homes)
+            # With private stores, a read of another buffer allocated anew in each iteration (a
+            # padding stage placed there) is not invariant either: each lane would need its own.
+            fresh = {buf for buf, home in homes.items() if home in inside} if private else set()
         if (
             lp.extent >= MIN_AUTO_LANES
             and writes
