@@ -194,6 +194,20 @@ def test_how_many_measurements_confirm_the_fastest():
             confirmations(32, bad)
 
 
+def test_the_pick_tier_defaults_to_the_runners_and_refuses_what_cannot_run(monkeypatch):
+    from tuna.gpu import nvcc
+    from tuna.integration.tuning import pick_tier_for
+
+    zen4, a100 = preset("zen4"), preset("a100")
+    assert pick_tier_for(zen4, None) == "full" and pick_tier_for(zen4, "ir") == "ir"
+    with pytest.raises(tuna.TunaError, match="pick_tier='fast'"):
+        pick_tier_for(zen4, "fast")
+    monkeypatch.setattr(nvcc, "find_nvcc", lambda: None)  # a GPU target without nvcc: no full tier
+    assert pick_tier_for(a100, None) == "ir"
+    with pytest.raises(tuna.TunaError, match="no nvcc"):
+        pick_tier_for(a100, "full")
+
+
 def test_a_lucky_first_run_time_does_not_choose_the_schedule(tmp_path):
     """Three schedules measured once (one of them lucky), the fastest two measured again by
     a runner that gives each its true time: the pick is the fastest by both measurements."""

@@ -230,7 +230,7 @@ def _tune(args: argparse.Namespace) -> int:
         if args.measure is None:
             print(f"   {args.trials} candidates, all predicted by static analysis; nothing runs on the target")
         else:
-            picker = ("" if (args.pick_tier or integration.runner_tier(mach)) == "ir"
+            picker = ("" if integration.tuning.pick_tier_for(mach, args.pick_tier) == "ir"
                       else "tuna's full tier among the best of ")
             print(f"   hybrid: {args.measure} candidates measured on this machine, chosen by {picker}tuna's model "
                   "(which learns from each round's run times)")

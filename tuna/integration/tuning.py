@@ -233,11 +233,7 @@ def tune(
             check_runnable(mach)
         tools = measuring_builder_runner(BUILD_TIMEOUT)
         builder, runner = tools["builder"], runner or tools["runner"]
-        if pick_tier is None:
-            pick_tier = runner_tier(mach)
-        elif pick_tier == "full" and runner_tier(mach) != "full":
-            raise TunaError(f"pick_tier='full': tuna's full tier cannot analyse code for {mach.name} here "
-                            "(no nvcc on the PATH); give pick_tier='ir'")
+        pick_tier = pick_tier_for(mach, pick_tier)
         if cluster and pick_tier == "full":
             check_cluster(cluster)
         cost_model = TunaCostModel(mach, calibrate=True)
@@ -322,6 +318,25 @@ def check_pick_tier(pick_tier: str | None) -> None:
     """TunaError unless ``pick_tier`` is one :func:`tune` takes (None, ``"full"`` or ``"ir"``)."""
     if pick_tier not in (None, "full", "ir"):
         raise TunaError(f"pick_tier={pick_tier!r}: choose full or ir")
+
+
+def pick_tier_for(mach: Machine, pick_tier: str | None) -> str:
+    """The tier a hybrid run on ``mach`` picks its measurements with: ``pick_tier``, or by
+    default the tier the static runner predicts with (:func:`runner_tier`).
+
+    Raises
+    ------
+    TunaError
+        For a tier :func:`tune` does not take, or ``"full"`` where the full tier cannot
+        analyse code for ``mach`` here (a GPU without nvcc).
+    """
+    check_pick_tier(pick_tier)
+    if pick_tier is None:
+        return runner_tier(mach)
+    if pick_tier == "full" and runner_tier(mach) != "full":
+        raise TunaError(f"pick_tier='full': tuna's full tier cannot analyse code for {mach.name} here "
+                        "(no nvcc on the PATH); give pick_tier='ir'")
+    return pick_tier
 
 
 def confirmations(measure: int, confirm: int | None = None) -> int:

@@ -29,9 +29,9 @@ from typing import Any
 
 from tvm.s_tir import meta_schedule as ms
 
-from ..analysis import apply_trace, runner_tier
+from ..analysis import apply_trace
 from ..feature_extractor import FeatureExtractor
-from ..tuning import HYBRID_PER_ROUND, TuneResult, check_pick_tier, confirmations, tune
+from ..tuning import HYBRID_PER_ROUND, TuneResult, check_pick_tier, confirmations, pick_tier_for, tune
 from ..workloads import load_workload
 from .measured_tuning import Measured, Recorder, quiet_metaschedule, tune_measured
 from .timing import Progress, check_runnable, report, time_interleaved
@@ -92,7 +92,7 @@ def compare_hybrid(
     for tier in pick_tiers:
         check_pick_tier(tier)  # likewise
     mach = check_runnable(target, machine)
-    pick_tiers = [tier or runner_tier(mach) for tier in pick_tiers]
+    pick_tiers = [pick_tier_for(mach, tier) for tier in pick_tiers]
     mod = load_workload(workload)
     root = Path(work_dir)
     runs: list[tuple[str, list[Measured], float]] = []
