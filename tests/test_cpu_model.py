@@ -564,3 +564,31 @@ def test_masked_accumulator_rows_chain_through_memory():
     # accumulators stay in registers and only the FMA chain counts.
     for stmt, loops in (_conv_rows(14, 14, tvm_vectorized=True), _conv_rows(12, 12), _conv_rows(16, 16)):
         assert statement_counts(stmt, loops, zen4)["chain"] < masked / 10
+
+
+def _head_updates(heads: int, head_floats: int):
+    """``C[h, i] += A[h, k] * B[k]`` over k (rolled, 64), then h (``heads``, rolled) and i (8,
+    unrolled): per reduction step, accumulators in memory ``head_floats`` floats apart."""
+    acc = (Index((("h", 1),)), Index((("i", 1),)))
+    stmt = Statement("update", (
+        Access("A", False, (Index((("h", 1),)), Index((("k", 1),))), (heads, 64), 4),
+        Access("B", False, (Index((("k", 1),)),), (64,), 4),
+        Access("C", False, acc, (heads, head_floats), 4), Access("C", True, acc, (heads, head_floats), 4),
+    ), (("fma", 1),))
+    return stmt, (Loop("k", 64, LoopKind.SERIAL, ()), Loop("h", heads, LoopKind.SERIAL, ()),
+                  Loop("i", 8, LoopKind.UNROLLED, ()))
+
+
+def test_accumulators_a_multiple_of_4_kib_apart_serialise():
+    # Zen 4 (scripts/microbench/zen4_alias.c): beyond 7 in-flight stores that agree with a load
+    # in their low 12 bits, each costs 50 cycles a reduction step. LLVM vectorizes i, and each
+    # step updates 12 vectors 64 KiB apart: one group of 12 aliasing updates.
+    zen4 = machine.preset("zen4")
+    counts = statement_counts(*_head_updates(12, 16384), zen4)
+    assert counts["alias"] == pytest.approx(64 * (12 - 7) * 50)
+    assert counts["chain"] >= counts["alias"]
+    # 64 bytes further apart, or few enough heads: no aliasing, the chain is the FMA's.
+    for heads, floats in ((12, 16384 + 16), (6, 16384)):
+        assert statement_counts(*_head_updates(heads, floats), zen4)["alias"] == 0
+    # A machine without the measurements has no such term.
+    assert statement_counts(*_head_updates(12, 16384), machine.preset("graviton2"))["alias"] == 0

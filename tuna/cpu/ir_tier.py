@@ -227,7 +227,9 @@ def statement_counts(
         chain = (stmt.op_count("fma") + stmt.op_count("add")) * execs // vl * vinstr
         chain *= machine.latency.get("fma", 4) / (inner * overlap)
         masked = _masked_accumulator_chain(stmt, writes, vec, hw, by_tvm, tile, outside, machine)
-        counts["chain"] += max(chain, masked)
+        aliased = _aliased_updates(stmt, writes, loops, reduce_at[-1], tile_start, vec, hw, machine)
+        counts["alias"] += aliased * execs // vl * vinstr
+        counts["chain"] += max(chain, masked, counts["alias"])
 
     for pos, lp in enumerate(loops):
         if lp.var not in unrolled and lp.kind != LoopKind.VECTORIZED:
@@ -285,6 +287,64 @@ def _masked_accumulator_chain(stmt: Statement, writes: list[Access], vec: Loop |
     if rows and row_bytes < hw * write.dtype_bytes and ua.store_forward_fail_latency is not None:
         return iterations * math.prod(lp.extent for lp in rows) * (ua.store_forward_fail_latency + fma)
     return iterations * (ua.store_forward_latency + fma)
+
+
+#: Address bits a load is compared on with the stores in flight before its full address is
+#: (loads and stores a multiple of 4 KiB apart alias: the page offset).
+ALIAS_BYTES = 4096
+
+
+def _aliased_updates(stmt: Statement, writes: list[Access], loops: tuple[Loop, ...], reduce_pos: int,
+                     tile_start: int, vec: Loop | None, hw: int, machine: Machine) -> float:
+    """Cycles per update that accumulators in memory lose to loads held behind stores they alias.
+
+    When a rolled loop that varies the accumulators runs inside the innermost reduction loop
+    (``loops[reduce_pos]``; ``tile_start``: where the unrolled and vectorized loops around the
+    statement begin), every step of the reduction loads each accumulator and stores it back.
+    A load that agrees in its low 12 address bits with more stores still in the store queue
+    than the core tolerates waits for them: accumulators a multiple of 4 KiB apart (the heads
+    of a 12 x 128 x 128 float tensor, 64 KiB apart) update one after another instead of
+    overlapping. On Zen 4 (``scripts/microbench/zen4_alias.c``) up to 7 such updates a step
+    cost little; 8, 12, 16 and 20 take 38-65, 218-320, 428-496 and 516-599 cycles a step,
+    16-57 with the addresses 64 bytes further apart; groups that alias among themselves but
+    not with each other overlap (two to four groups of 12: 253-363). The updates of one store-queue window (the
+    innermost loops whose updates fit in it, in program order) are grouped by their address
+    modulo :data:`ALIAS_BYTES`; the largest group of ``A`` costs
+    ``(A - store_alias_tolerated) * store_alias_penalty`` cycles (micro-architecture data),
+    spread over the window's updates. 0 without those data.
+    """
+    inside = loops[reduce_pos + 1:]
+    if tile_start <= reduce_pos + 1:
+        # One accumulator a step, or a tile unrolled inside the reduction loop: its accumulators
+        # are registers across it, and those that do not fit spill to the stack, not to C.
+        return 0.0
+    read = {(a.buffer, a.indices) for a in stmt.accesses if not a.write}
+    write = next((w for w in writes if (w.buffer, w.indices) in read), None)
+    if write is None:
+        return 0.0
+    try:
+        ua = uarch(machine.name)
+    except TunaError:
+        return 0.0
+    if ua.store_alias_tolerated is None or ua.store_alias_penalty is None or ua.store_queue is None:
+        return 0.0
+    lanes = hw if vec in inside and contiguous_in(write, vec.var) else 1
+    window = ua.store_queue // (2 if lanes * write.dtype_bytes > 32 else 1)  # a 512-bit store takes two entries
+    offsets = [0]
+    for lp in reversed(inside):
+        if any(lp.var in ix.opaque for ix in write.indices):
+            return 0.0  # addresses through div/mod of a fused loop: not a progression
+        stride = sum(ix.coeff(lp.var) * st for ix, st in zip(write.indices, write.strides)) * write.dtype_bytes
+        steps = lp.extent
+        if lp is vec:
+            steps, stride = math.ceil(lp.extent / lanes), stride * lanes
+        if len(offsets) * steps > window:
+            break
+        offsets = [o + k * stride for k in range(steps) for o in offsets]
+    largest = max(Counter(o % ALIAS_BYTES for o in offsets).values())
+    if largest <= ua.store_alias_tolerated:
+        return 0.0
+    return (largest - ua.store_alias_tolerated) * ua.store_alias_penalty / len(offsets)
 
 
 def _scalarized_carry(
@@ -492,6 +552,7 @@ def _nest_terms(
     feats["fp_cycles"] += fp
     feats["tir_fp_cycles"] += fp / active * imbalance
     feats["tir_chain_cycles"] += counts["chain"] / active * imbalance
+    feats["tir_alias_cycles"] += counts["alias"] / active * imbalance
     feats["load_cycles"] += loads
     feats["store_cycles"] += stores
     feats["frontend_cycles"] += frontend
@@ -527,8 +588,9 @@ def memory_terms(kernel: KernelIR, machine: Machine) -> Counter:
 
 def loop_tree_bounds(kernel: KernelIR, machine: Machine) -> Counter:
     """The loop tree's FP-pipe and reduction-chain bounds of :func:`features` alone
-    (``tir_fp_cycles``, ``tir_chain_cycles``: per thread, summed over the top-level nests),
-    with the same values."""
+    (``tir_fp_cycles``, ``tir_chain_cycles``, and ``tir_alias_cycles``, the part of the chains
+    that stores aliasing loads make: per thread, summed over the top-level nests), with the
+    same values."""
     feats: Counter = Counter()
     tvm = frozenset(tvm_unrolled(kernel))
     allocations = {a.name: a for a in kernel.allocations}
@@ -537,6 +599,7 @@ def loop_tree_bounds(kernel: KernelIR, machine: Machine) -> Counter:
         _, active, imbalance = _threads(node, machine)
         feats["tir_fp_cycles"] += _fp_cycles(counts, machine) / active * imbalance
         feats["tir_chain_cycles"] += counts["chain"] / active * imbalance
+        feats["tir_alias_cycles"] += counts["alias"] / active * imbalance
     return feats
 
 

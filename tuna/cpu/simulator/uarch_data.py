@@ -129,6 +129,12 @@ class Uarch:
     store_forward_chunk : int or None
         Bytes of the pieces a store forwards in (see
         :func:`tuna.cpu.simulator.dependencies.prepare_block`); None: the whole store.
+    store_queue : int or None
+        Stores in flight (store-queue entries); None: not known.
+    store_alias_tolerated, store_alias_penalty : int, float or None
+        Stores in flight that a load may agree with in its low 12 address bits (aliasing
+        modulo 4 KiB) without waiting, and the cycles each one more costs (see
+        :func:`tuna.cpu.ir_tier._aliased_updates`); None: no data on the machine.
     schedulers : tuple of int
         Entries of each scheduler (issue queue); dispatch stalls while the one a micro-op
         needs is full of micro-ops waiting to issue.
@@ -158,6 +164,9 @@ class Uarch:
     port_scheduler: tuple[int, ...]
     table: Mapping[tuple[str, int], ClassTiming]
     queues: tuple[int, ...] = ()
+    store_queue: int | None = None
+    store_alias_tolerated: int | None = None
+    store_alias_penalty: float | None = None
 
     def timing(self, klass: str, width: int = 64) -> ClassTiming:
         """Timing of ``klass`` at operand ``width`` bits (a class not known is an ALU op)."""
@@ -322,6 +331,9 @@ def load_uarch(name: str) -> Uarch:
             port_scheduler=tuple(port_sched),
             table=MappingProxyType(table),
             queues=tuple(int(q.get("queue", 0)) for q in scheds),
+            store_queue=_optional(data, "store_queue", int),
+            store_alias_tolerated=_optional(data, "store_alias_tolerated", int),
+            store_alias_penalty=_optional(data, "store_alias_penalty", float),
         )
     except KeyError as err:
         raise TargetError(f"micro-architecture file {name}.toml lacks the field {err}") from None
