@@ -6,7 +6,7 @@ from collections import OrderedDict
 import pytest
 
 from tuna import machine
-from tuna.cpu import ir_tier
+from tuna.cpu import cache, ir_tier
 from tuna.cpu.cache import data_movement
 from tuna.cpu.codegen import codegen_loops, unrolled_loops
 from tuna.cpu.ir_tier import INSTRUCTION_KINDS, estimate, features, statement_counts
@@ -310,9 +310,10 @@ def test_auto_unroll_marks_inner_loops_within_the_step_limit():
     assert counts["load"] == 8 * (4 + 4) + 16
 
 
-def _lru_misses(kernel: KernelIR, capacity: int, line: int) -> int:
-    """Cache lines brought in by an LRU, fully associative cache running the loop nest."""
-    cache: OrderedDict = OrderedDict()
+def _lru_misses(kernel: KernelIR, capacity: int, line: int, sets: int = 1) -> int:
+    """Cache lines brought in by an LRU cache of ``sets`` sets running the loop nest (1: fully
+    associative; every buffer starts at the first line of a set)."""
+    caches = [OrderedDict() for _ in range(sets)]
     misses = 0
     for stmt, loops in walk(kernel.body):
         for point in itertools.product(*(range(lp.extent) for lp in loops)):
@@ -322,12 +323,13 @@ def _lru_misses(kernel: KernelIR, capacity: int, line: int) -> int:
                 for ix, size in zip(acc.indices, acc.shape):
                     flat = flat * size + ix.const + sum(c * env.get(v, 0) for v, c in ix.coeffs)
                 key = (acc.buffer, flat * acc.dtype_bytes // line)
+                cache = caches[key[1] % sets]
                 if key in cache:
                     cache.move_to_end(key)
                 else:
                     misses += 1
                     cache[key] = True
-                    if len(cache) > capacity // line:
+                    if len(cache) > capacity // line // sets:
                         cache.popitem(last=False)
     return misses
 
@@ -342,6 +344,26 @@ def test_data_movement_against_an_lru_simulation(n, capacity):
         assert model == lines  # everything fits: compulsory misses exactly
     else:
         assert lines / 2 <= model <= lines * 2
+
+
+@pytest.mark.parametrize("row", [1024, 1040, 512, 2048 + 16])
+def test_set_conflicts_against_a_set_associative_lru_simulation(row):
+    # s[j] += X[k, j]: for each of 16 columns, a sweep down 64 rows of ``row`` floats. The
+    # columns share lines, so a fully associative 32 KiB cache misses each line once; rows
+    # 4 KiB apart put all 64 lines in one set of Zen 4's 8-way, 64-set L1, and every sweep
+    # misses them all again. Rows a line further apart spread over the sets.
+    x = Access("X", False, (Index((("k", 1),)), Index((("j", 1),))), (64, row), 4)
+    acc = (Index((("j", 1),)),)
+    stmt = Statement("colsum", (x, Access("s", False, acc, (16,), 4), Access("s", True, acc, (16,), 4)),
+                     (("add", 1),))
+    kernel = KernelIR("colsum", (Loop("j", 16, LoopKind.SERIAL, (Loop("k", 64, LoopKind.SERIAL, (stmt,)),)),))
+    l1 = machine.preset("zen4").caches[0]
+    sets = cache.known_sets(l1)
+    assert sets == 64
+    _, moved = data_movement(kernel.body[0], l1.size_bytes, l1.line_bytes, sets)
+    assert sum(moved.values()) // 64 == _lru_misses(kernel, l1.size_bytes, 64, sets)
+    _, assoc = data_movement(kernel.body[0], l1.size_bytes, l1.line_bytes)
+    assert sum(assoc.values()) // 64 == _lru_misses(kernel, l1.size_bytes, 64) == 65
 
 
 def test_parallel_loops_divide_over_the_runtimes_threads_with_imbalance():

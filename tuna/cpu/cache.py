@@ -83,8 +83,13 @@ Deviations from the paper, and refinements it leaves open:
 - One iteration's footprint and movement are taken at the node's first iteration (loop
   variables outside a node are 0), so line alignment that changes between iterations is
   seen only in the node's whole footprint.
-- Reuse is not limited by associativity (the cache is fully associative, LRU-like), and
-  parallel loops are analysed like serial ones. Buffers start on a line boundary.
+- Associativity limits reuse only through a buffer's own lines, and only in a cache whose
+  sets lie within a page (:func:`known_sets`; Zen 4's and Skylake's 64-set L1): a footprint
+  needs ``sets`` times its most crowded set's lines (:func:`_effective`: the 384 lines of a
+  tile whose rows are 32 KiB apart fall into 8 of 64 sets, 48 each against 8 ways, and need
+  3,072). Lines of different buffers are not placed against each other (their relative
+  offsets are unknown), and larger caches are fully associative, LRU-like. Parallel loops are
+  analysed like serial ones. Buffers start on a line boundary (a page boundary, for sets).
 - Rule 2 is optimistic when one iteration nearly fills the cache: an LRU cache's reuse
   distance between consecutive iterations spans parts of both.
 """
@@ -97,6 +102,7 @@ from collections.abc import Iterable
 from functools import lru_cache
 
 import islpy as isl
+import numpy as np
 
 from ..ir import Access, KernelIR, Loop, LoopKind, Node, Statement
 
@@ -297,11 +303,59 @@ def count_lines_islpy(pieces: Iterable[Piece], line_bytes: int) -> int:
     return int(_isl_set(tuple(pieces), line_bytes).count_val().to_python())
 
 
+#: Elements enumerated at most to place one footprint's lines in the sets (beyond: not counted).
+SET_COUNT_POINTS = 1 << 16
+
+
+@lru_cache(maxsize=_CACHE_SIZE)
+def _set_loads(pieces: frozenset[Piece], line_bytes: int, sets: int) -> tuple[int, ...]:
+    """Lines of the pieces in each of ``sets`` cache sets, most crowded first (empty: not counted).
+
+    A set is the line number modulo ``sets``, the buffer starting at the first line of a set
+    (a page-aligned buffer, where the set index lies within the page offset). Each piece's
+    lines are enumerated as one interval per translate of its outer terms.
+    """
+    found = []
+    for const, groups, e in pieces:
+        span, rest = 0, groups
+        if groups and groups[0][0] * e <= line_bytes:
+            span, rest = groups[0][0] * (groups[0][1] - 1) * e, groups[1:]
+        if math.prod(n for _, n in rest) * (span // line_bytes + 2) > SET_COUNT_POINTS:
+            return ()
+        starts = np.array([const * e], dtype=np.int64)
+        for c, n in rest:
+            starts = (starts[:, None] + np.arange(n, dtype=np.int64)[None, :] * (c * e)).ravel()
+        first, last = starts // line_bytes, (starts + span) // line_bytes
+        width = int((last - first).max()) + 1
+        lines = first[:, None] + np.arange(width, dtype=np.int64)[None, :]
+        found.append(lines[lines <= last[:, None]])
+    lines = np.unique(np.concatenate(found))
+    return tuple(int(n) for n in sorted(np.bincount(lines % sets, minlength=sets), reverse=True))
+
+
+def _effective(pieces: frozenset[Piece], lines: int, line_bytes: int, sets: int, ways: int) -> int:
+    """Lines a cache of ``sets`` sets of ``ways`` lines needs to hold a buffer's footprint.
+
+    Swept again, a set holding more of its lines than it has ways loses all of them (LRU);
+    the others keep theirs. When most of the footprint's lines lie in such sets (rows a
+    multiple of the sets' span apart crowding a few sets), it needs ``sets`` times its most
+    crowded set's lines; otherwise its ``lines``, as in a fully associative cache (``sets``
+    0). A footprint larger than the cache, or too large to count, is its ``lines``: it does
+    not fit either way.
+    """
+    if not sets or lines <= ways or lines > sets * ways:
+        return lines
+    loads = _set_loads(pieces, line_bytes, sets)
+    if not loads or 2 * sum(n for n in loads if n > ways) <= lines:
+        return lines
+    return max(lines, sets * loads[0])
+
+
 # --------------------------------------------------------------------------- node summaries
 
 
 class _Info:
-    """Capacity-independent summary of a node; footprints and distances in lines.
+    """Summary of a node for one cache geometry (``sets``); footprints and distances in lines.
 
     Attributes
     ----------
@@ -319,11 +373,16 @@ class _Info:
         Per buffer, the reuse distance between consecutive iterations of the loop.
     dist : dict
         Per buffer, the reuse distance between consecutive executions of the node.
+    total : int
+        Lines the cache needs to hold the node's whole footprint: the sum over buffers of
+        :func:`_effective` (the footprint itself in a fully associative cache).
+    iter_total : int
+        The same for one iteration of a loop.
     """
 
-    __slots__ = ("body_dist", "dist", "iter_lines", "lines", "pieces", "raw", "total", "varies")
+    __slots__ = ("body_dist", "dist", "iter_lines", "iter_total", "lines", "pieces", "raw", "total", "varies")
 
-    def __init__(self, raw, pieces, lines, iter_lines, varies, body_dist, dist):
+    def __init__(self, raw, pieces, lines, iter_lines, varies, body_dist, dist, total, iter_total):
         self.raw = raw
         self.pieces = pieces
         self.lines = lines
@@ -331,7 +390,8 @@ class _Info:
         self.varies = varies
         self.body_dist = body_dist
         self.dist = dist
-        self.total = sum(lines.values())
+        self.total = total
+        self.iter_total = iter_total
 
 
 def _group(raw) -> dict[str, frozenset[Piece]]:
@@ -344,26 +404,41 @@ def _group(raw) -> dict[str, frozenset[Piece]]:
 
 
 @lru_cache(maxsize=_NODE_CACHE_SIZE)
-def _info(node: Node, line_bytes: int) -> _Info:
+def _footprints(node: Node, line_bytes: int) -> tuple:
+    """``(raw, pieces, lines, joined, iter_lines, varies)`` of a node, for every cache geometry
+    (:class:`_Info`; ``joined``: one iteration's pieces per buffer, None for a statement or a
+    loop of one child)."""
     if isinstance(node, Statement):
         raw = tuple((a, ()) for a in node.accesses)
         pieces = _group(raw)
         lines = {b: _count(ps, line_bytes) for b, ps in pieces.items()}
-        dist = dict.fromkeys(lines, sum(lines.values()))
-        return _Info(raw, pieces, lines, lines, frozenset(), dist, dist)
-    kids = [_info(c, line_bytes) for c in node.body]
+        return raw, pieces, lines, None, lines, frozenset()
+    kids = [_footprints(c, line_bytes) for c in node.body]
     item = ((node.var, node.extent),)
-    raw = tuple((a, ext + item) for k in kids for a, ext in k.raw)
+    raw = tuple((a, ext + item) for k in kids for a, ext in k[0])
     pieces = _group(raw)
     lines = {b: _count(ps, line_bytes) for b, ps in pieces.items()}
     if len(kids) == 1:
-        iter_lines = kids[0].lines
+        joined, iter_lines = None, kids[0][2]
     else:
-        iter_lines = {
-            b: _count(frozenset().union(*(k.pieces.get(b, frozenset()) for k in kids)), line_bytes) for b in pieces
-        }
+        joined = {b: frozenset().union(*(k[1].get(b, frozenset()) for k in kids)) for b in pieces}
+        iter_lines = {b: _count(ps, line_bytes) for b, ps in joined.items()}
     varies = frozenset(a.buffer for a, _ in raw if a.depends_on(node.var))
-    total = sum(lines.values())
+    return raw, pieces, lines, joined, iter_lines, varies
+
+
+@lru_cache(maxsize=_NODE_CACHE_SIZE)
+def _info(node: Node, line_bytes: int, sets: int = 0, ways: int = 0) -> _Info:
+    raw, pieces, lines, joined, iter_lines, varies = _footprints(node, line_bytes)
+    total = sum(_effective(ps, lines[b], line_bytes, sets, ways) for b, ps in pieces.items())
+    if isinstance(node, Statement):
+        dist = dict.fromkeys(lines, total)
+        return _Info(raw, pieces, lines, lines, varies, dist, dist, total, total)
+    kids = [_info(c, line_bytes, sets, ways) for c in node.body]
+    if joined is None:
+        iter_total = kids[0].total
+    else:
+        iter_total = sum(_effective(ps, iter_lines[b], line_bytes, sets, ways) for b, ps in joined.items())
     body_dist = {}
     for b in pieces:
         users = [j for j, k in enumerate(kids) if b in k.lines]
@@ -371,14 +446,14 @@ def _info(node: Node, line_bytes: int) -> _Info:
             kids[j].dist[b] + _between(kids, j, users[(u + 1) % len(users)]) for u, j in enumerate(users)
         )
     dist = {b: total if b in varies else d for b, d in body_dist.items()}
-    return _Info(raw, pieces, lines, iter_lines, varies, body_dist, dist)
+    return _Info(raw, pieces, lines, iter_lines, varies, body_dist, dist, total, iter_total)
 
 
 @lru_cache(maxsize=_NODE_CACHE_SIZE)
 def _pair_lines(node: Loop, line_bytes: int) -> dict[str, int]:
     """Footprint per buffer of a loop's first two iterations."""
     two = ((node.var, min(2, node.extent)),)
-    raw = tuple((a, ext[:-1] + two) for a, ext in _info(node, line_bytes).raw)
+    raw = tuple((a, ext[:-1] + two) for a, ext in _footprints(node, line_bytes)[0])
     return {b: _count(ps, line_bytes) for b, ps in _group(raw).items()}
 
 
@@ -395,14 +470,15 @@ def _overlap(a: _Info, b: _Info, buf: str, line_bytes: int) -> int:
 
 
 @lru_cache(maxsize=_NODE_CACHE_SIZE)
-def _movement(node: Node, capacity_lines: int, line_bytes: int) -> dict[str, int]:
-    info = _info(node, line_bytes)
+def _movement(node: Node, capacity_lines: int, line_bytes: int, sets: int = 0) -> dict[str, int]:
+    ways = capacity_lines // sets if sets else 0
+    info = _info(node, line_bytes, sets, ways)
     if isinstance(node, Statement) or info.total <= capacity_lines:
         return dict(info.lines)  # 1. everything fits
-    if sum(info.iter_lines.values()) <= capacity_lines:
+    if info.iter_total <= capacity_lines:
         return dict(info.lines)  # 2. one iteration fits
-    kids = [_info(c, line_bytes) for c in node.body]
-    moved = [_movement(c, capacity_lines, line_bytes) for c in node.body]
+    kids = [_info(c, line_bytes, sets, ways) for c in node.body]
+    moved = [_movement(c, capacity_lines, line_bytes, sets) for c in node.body]
     out = {}
     for buf in info.lines:  # 3. per tensor
         users = [j for j, k in enumerate(kids) if buf in k.lines]
@@ -444,10 +520,24 @@ def footprint_lines(node: Node, line_bytes: int) -> dict[str, int]:
     dict
         Lines per buffer.
     """
-    return dict(_info(node, line_bytes).lines)
+    return dict(_footprints(node, line_bytes)[2])
 
 
-def data_movement(node: Node, capacity: int, line_bytes: int) -> tuple[dict[str, int], dict[str, int]]:
+#: Bytes of a page: a cache whose sets span no more than this is indexed by address bits the
+#: page offset fixes, so a buffer's own lines fall into sets known from their offsets
+#: (virtual and physical addresses agree there). Above it the sets depend on which physical
+#: pages back the buffer, and the cache is taken as fully associative.
+PAGE_BYTES = 4096
+
+
+def known_sets(level) -> int:
+    """Sets of a cache level (a :class:`tuna.machine.CacheLevel`) whose set index lies within
+    the page offset (:data:`PAGE_BYTES`), else 0 (modelled as fully associative)."""
+    sets = level.size_bytes // (level.line_bytes * max(1, level.ways))
+    return sets if sets * level.line_bytes <= PAGE_BYTES else 0
+
+
+def data_movement(node: Node, capacity: int, line_bytes: int, sets: int = 0) -> tuple[dict[str, int], dict[str, int]]:
     """Bytes brought into a cache of ``capacity`` bytes while ``node`` runs (Algorithm 2).
 
     Same interface as :func:`tuna.gpu.footprint.data_movement`, with exact footprints.
@@ -460,6 +550,10 @@ def data_movement(node: Node, capacity: int, line_bytes: int) -> tuple[dict[str,
         Cache size in bytes.
     line_bytes : int
         Cache line size in bytes.
+    sets : int
+        The cache's sets where a buffer's lines fall into sets known from their offsets
+        (:func:`known_sets`): a footprint needs room for ``sets`` times its most crowded set
+        (:func:`_effective`). 0: fully associative.
 
     Returns
     -------
@@ -467,8 +561,8 @@ def data_movement(node: Node, capacity: int, line_bytes: int) -> tuple[dict[str,
         Per buffer: bytes touched over the whole node (whole lines), and bytes moved into
         the cache.
     """
-    lines = _info(node, line_bytes).lines
-    moved = _movement(node, capacity // line_bytes, line_bytes)
+    lines = _footprints(node, line_bytes)[2]
+    moved = _movement(node, capacity // line_bytes, line_bytes, sets)
     return ({b: n * line_bytes for b, n in lines.items()}, {b: n * line_bytes for b, n in moved.items()})
 
 
@@ -492,7 +586,7 @@ def cache_fills(kernel_or_node: KernelIR | Node, machine_caches) -> dict[int, in
     kernel_or_node : KernelIR, Loop or Statement
         A kernel's top-level nodes run in sequence.
     machine_caches : Machine or iterable of CacheLevel
-        The cache levels (``level``, ``size_bytes``, ``line_bytes``); a
+        The cache levels (``level``, ``size_bytes``, ``line_bytes``, ``ways``); a
         :class:`tuna.machine.Machine` stands for its ``caches``.
 
     Returns
@@ -504,15 +598,15 @@ def cache_fills(kernel_or_node: KernelIR | Node, machine_caches) -> dict[int, in
     node = _root(kernel_or_node)
     out: dict[int, int] = {}
     for level in levels:
-        _, moved = data_movement(node, level.size_bytes, level.line_bytes)
+        _, moved = data_movement(node, level.size_bytes, level.line_bytes, known_sets(level))
         out[level.level] = sum(moved.values())
     return out
 
 
 def clear_caches() -> None:
     """Drop the memoised pieces, counts and node summaries."""
-    for fn in (_access_vars, _piece, _translates, _count, _info, _pair_lines, _movement):
+    for fn in (_access_vars, _piece, _translates, _count, _set_loads, _footprints, _info, _pair_lines, _movement):
         fn.cache_clear()
 
 
-__all__ = ["cache_fills", "clear_caches", "count_lines_islpy", "data_movement", "footprint_lines"]
+__all__ = ["cache_fills", "clear_caches", "count_lines_islpy", "data_movement", "footprint_lines", "known_sets"]

@@ -40,7 +40,7 @@ from ..errors import TunaError
 from ..estimate import Estimate
 from ..ir import Access, Allocation, KernelIR, Loop, LoopKind, Statement, walk
 from ..machine import Machine
-from .cache import data_movement
+from .cache import data_movement, known_sets
 from .codegen import (
     MIN_AUTO_LANES,
     codegen_loops,
@@ -434,7 +434,7 @@ def fill_terms(node: Loop | Statement, machine: Machine, threads: int, feats: Co
     """
     volume = 0.0
     for level in machine.caches:
-        _, moved = data_movement(node, level.size_bytes, level.line_bytes)
+        _, moved = data_movement(node, level.size_bytes, level.line_bytes, known_sets(level))
         volume = sum(moved.values())
         feats[f"L{level.level}_fill_bytes"] += volume
         per_thread = volume if level.shared else volume / threads
