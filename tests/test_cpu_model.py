@@ -614,3 +614,30 @@ def test_accumulators_a_multiple_of_4_kib_apart_serialise():
         assert statement_counts(*_head_updates(heads, floats), zen4)["alias"] == 0
     # A machine without the measurements has no such term.
     assert statement_counts(*_head_updates(12, 16384), machine.preset("graviton2"))["alias"] == 0
+
+
+def _transposed_taps(kind: LoopKind):
+    """``out[h, co] += select((h + rh) % 2 == 0, x[(h + rh) // 2, ci], 0) * w[rh, ci, co]``: a
+    stride-2 transposed convolution's taps, h and rh of the given kind inside ci (rolled)."""
+    guard = (Index((("h", 1), ("rh", 1))), 2)
+    out = (Index((("h", 1),)), Index((("co", 1),)))
+    stmt = Statement("taps", (
+        Access("x", False, (Index((), 0, ("h", "rh")), Index((("ci", 1),))), (8, 64), 4),
+        Access("w", False, (Index((("rh", 1),)), Index((("ci", 1),)), Index((("co", 1),))), (4, 64, 16), 4),
+        Access("out", False, out, (8, 16), 4), Access("out", True, out, (8, 16), 4),
+    ), (("cmp", 2), ("fma", 1)), guards=(guard,))
+    return stmt, (Loop("ci", 64, LoopKind.SERIAL, ()), Loop("co", 16, LoopKind.SERIAL, ()),
+                  Loop("rh", 4, kind, ()), Loop("h", 8, kind, ()))
+
+
+def test_guards_that_unrolled_copies_decide_fold_away():
+    zen4 = machine.preset("zen4")
+    folded = statement_counts(*_transposed_taps(LoopKind.UNROLLED), zen4)
+    kept = statement_counts(*_transposed_taps(LoopKind.SERIAL), zen4)
+    # Unrolled by TVM, half the copies are ruled out and the rest lose their condition, which
+    # leaves LLVM free to vectorize co: 16 lanes, one vector FMA a copy.
+    assert folded["lanes_fma"] == 64 * 16 * 4 * 8 / 2
+    assert folded["fma"] == 64 * 4 * 8 / 2
+    # Decided in rolled loops, every iteration tests and selects, one scalar FMA each.
+    assert kept["lanes_fma"] == kept["fma"] == 64 * 16 * 4 * 8
+    assert kept["cmp"] == 2 * kept["fma"] and folded["cmp"] == 0

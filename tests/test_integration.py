@@ -79,6 +79,17 @@ def test_floor_division_and_modulo_stay_affine_where_ranges_allow():
     assert b.indices[1].coeffs == (("c", 1),) and b.indices[1].opaque == ("f",)
 
 
+def test_parity_guards_of_a_transposed_convolution_are_read_from_its_tir():
+    mod = integration.load_workload("T2D:2")
+    stmts = {stmt.name: stmt for stmt, _ in walk(integration.kernel_from_module(mod).body)}
+    # (h + rh) % 2 == 0 and (w + rw) % 2 == 0 select the input tap, else 0: two parity tests.
+    guards = stmts["conv2d_transpose_nhwc"].guards
+    assert sorted(m for _, m in guards) == [2, 2]
+    assert sorted(tuple(sorted(v for v, _ in ix.coeffs)) for ix, _ in guards) == [("h", "rh"), ("rw", "w")]
+    # The padding's bounds checks are no parity tests: only counted as comparisons.
+    assert stmts["PadInput"].guards == () and stmts["PadInput"].op_count("cmp")
+
+
 _MATH = """
 @I.ir_module
 class Module:

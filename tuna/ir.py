@@ -149,12 +149,19 @@ class Statement:
         "cast".
     dtype_bytes : int
         Bytes per element of the value computed.
+    guards : tuple of (Index, int)
+        Conditions ``index % modulus == constant`` (one pair each) under which the value is
+        computed, from zero guards ``if_then_else(a and b..., x, 0)`` whose conjuncts are all
+        such tests (a transposed convolution's input taps). Set only where these tests and
+        their selects are every "cmp" of ``ops``; otherwise empty, and the conditions are
+        only counted as "cmp".
     """
 
     name: str
     accesses: tuple[Access, ...]
     ops: tuple[tuple[str, int], ...]
     dtype_bytes: int = 4
+    guards: tuple[tuple[Index, int], ...] = ()
 
     def op_count(self, kind: str | None = None) -> int:
         """Operations per execution, of one class or all."""

@@ -45,6 +45,7 @@ from .codegen import (
     MIN_AUTO_LANES,
     codegen_loops,
     contiguous_in,
+    folded_share,
     hoisted_loops,
     rolled_around,
     tvm_unrolled,
@@ -133,6 +134,9 @@ def statement_counts(
     (:attr:`~tuna.ir.Allocation.loop`): an access to such a buffer is not hoisted out of
     that loop even where its subscript is invariant, since every iteration rewrites the buffer.
     """
+    share = folded_share(stmt, loops, tvm)
+    if share < 1:
+        stmt = dataclasses.replace(stmt, ops=tuple((k, n) for k, n in stmt.ops if k != "cmp"), guards=())
     counts: Counter = Counter()
     by_tvm = any(lp.kind == LoopKind.VECTORIZED for lp in loops)
     loops = codegen_loops(stmt, loops, machine, tvm, homes)
@@ -238,6 +242,9 @@ def statement_counts(
         own = sum(counts[k] for k in INSTRUCTION_KINDS)
         counts["call_block_ops"] = own + (LANE_CALL_INSTRUCTIONS * counts["math"] if vl > 1 else 0)
         counts["scalar_calls"] = counts["math"] if vl == 1 else 0
+    if share < 1:
+        for key in counts:
+            counts[key] *= share
     return counts
 
 

@@ -27,7 +27,7 @@ import networkx as nx
 from ..ir import KernelIR, Loop, LoopKind, MachineCode, Node, walk
 from ..machine import Machine
 from .cfg import LoopInfo, loops
-from .codegen import tvm_unrolled
+from .codegen import folded_share, tvm_unrolled
 from .disassembly import ANONYMOUS, RUNTIME_HELPERS
 from .isa import ARITHMETIC
 from .isa import lanes as instruction_lanes
@@ -468,6 +468,9 @@ def dynamic_counts(maps: tuple[FunctionMap, ...], isa: str) -> Counter:
     return counts
 
 
-def tir_multiply_adds(kernel: KernelIR) -> int:
-    """Multiply-adds the TIR performs per call (what ``lanes_fma`` should equal)."""
-    return sum(stmt.op_count("fma") * math.prod(lp.extent for lp in loops) for stmt, loops in walk(kernel.body))
+def tir_multiply_adds(kernel: KernelIR) -> float:
+    """Multiply-adds the TIR performs per call (what ``lanes_fma`` should equal), less the
+    copies of guarded statements that TVM's unrolling rules out (:func:`~tuna.cpu.codegen.folded_share`)."""
+    tvm = frozenset(tvm_unrolled(kernel))
+    return sum(stmt.op_count("fma") * math.prod(lp.extent for lp in loops) * folded_share(stmt, loops, tvm)
+               for stmt, loops in walk(kernel.body))

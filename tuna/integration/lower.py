@@ -358,7 +358,38 @@ class _Extractor:
             accesses=tuple(accesses),
             ops=tuple(_count_ops(store.value)),
             dtype_bytes=dtype_bytes(_ty(store.value)),
+            guards=self._guards(nodes, env),
         )
+
+    def _guards(self, nodes, env) -> tuple[tuple[ir.Index, int], ...]:
+        """The parity tests of the value's zero guards (:attr:`tuna.ir.Statement.guards`)."""
+        found, selects = [], 0
+        for e in nodes:
+            if not (isinstance(e, tvm.ir.Call) and str(getattr(e.op, "name", "")).endswith("if_then_else")):
+                continue
+            cond, other = e.args[0], e.args[2]
+            if not (isinstance(other, (tirx.FloatImm, tirx.IntImm)) and other.value == 0):
+                return ()
+            conjuncts, tests = [cond], []
+            while conjuncts:
+                c = conjuncts.pop()
+                if isinstance(c, tirx.And):
+                    conjuncts += [c.a, c.b]
+                elif (isinstance(c, tirx.EQ) and isinstance(c.a, (tirx.FloorMod, tirx.Mod))
+                      and isinstance(c.a.b, tirx.IntImm) and c.a.b.value > 1 and isinstance(c.b, tirx.IntImm)):
+                    form = _affine(c.a.a, env)
+                    if form.opaque:
+                        return ()
+                    tests.append((form.index(), int(c.a.b.value)))
+                else:
+                    return ()
+            found += tests
+            selects += 1
+        # Only when the tests are all the value's comparisons (each test and select one "cmp").
+        compares = (tirx.Select, tirx.EQ, tirx.NE, tirx.LT, tirx.LE, tirx.GT, tirx.GE)
+        cmps = sum(1 for e in nodes if isinstance(e, compares)
+                   or (isinstance(e, tvm.ir.Call) and str(getattr(e.op, "name", "")).endswith("if_then_else")))
+        return tuple(found) if cmps == len(found) + selects else ()
 
     def visit(self, stmt, env, block_name: str) -> list[ir.Node]:
         if isinstance(stmt, tirx.For):
