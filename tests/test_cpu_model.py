@@ -323,14 +323,14 @@ def _lru_misses(kernel: KernelIR, capacity: int, line: int, sets: int = 1) -> in
                 for ix, size in zip(acc.indices, acc.shape):
                     flat = flat * size + ix.const + sum(c * env.get(v, 0) for v, c in ix.coeffs)
                 key = (acc.buffer, flat * acc.dtype_bytes // line)
-                cache = caches[key[1] % sets]
-                if key in cache:
-                    cache.move_to_end(key)
+                lru = caches[key[1] % sets]
+                if key in lru:
+                    lru.move_to_end(key)
                 else:
                     misses += 1
-                    cache[key] = True
-                    if len(cache) > capacity // line // sets:
-                        cache.popitem(last=False)
+                    lru[key] = True
+                    if len(lru) > capacity // line // sets:
+                        lru.popitem(last=False)
     return misses
 
 

@@ -85,11 +85,12 @@ Deviations from the paper, and refinements it leaves open:
   seen only in the node's whole footprint.
 - Associativity limits reuse only through a buffer's own lines, and only in a cache whose
   sets lie within a page (:func:`known_sets`; Zen 4's and Skylake's 64-set L1): a footprint
-  needs ``sets`` times its most crowded set's lines (:func:`_effective`: the 384 lines of a
-  tile whose rows are 32 KiB apart fall into 8 of 64 sets, 48 each against 8 ways, and need
-  3,072). Lines of different buffers are not placed against each other (their relative
-  offsets are unknown), and larger caches are fully associative, LRU-like. Parallel loops are
-  analysed like serial ones. Buffers start on a line boundary (a page boundary, for sets).
+  most of whose lines lie in sets with more lines than ways needs ``sets`` times its most
+  crowded set's lines (:func:`_effective`: the 384 lines of a tile whose rows are 32 KiB
+  apart fall into 8 of 64 sets, 48 each against 8 ways, and need 3,072). Lines of
+  different buffers are not placed against each other (their relative offsets are
+  unknown), and larger caches are fully associative, LRU-like. Parallel loops are analysed
+  like serial ones. Buffers start on a line boundary (a page boundary, for sets).
 - Rule 2 is optimistic when one iteration nearly fills the cache: an LRU cache's reuse
   distance between consecutive iterations spans parts of both.
 """
@@ -355,7 +356,7 @@ def _effective(pieces: frozenset[Piece], lines: int, line_bytes: int, sets: int,
 
 
 class _Info:
-    """Summary of a node for one cache geometry (``sets``); footprints and distances in lines.
+    """Summary of a node for one cache geometry (``sets``, ``ways``); footprints and distances in lines.
 
     Attributes
     ----------

@@ -314,9 +314,9 @@ def _aliased_updates(stmt: Statement, writes: list[Access], loops: tuple[Loop, .
     overlapping. On Zen 4 (``scripts/microbench/zen4_alias.c``) up to 7 such updates a step
     cost little; 8, 12, 16 and 20 take 38-65, 218-320, 428-496 and 516-599 cycles a step,
     16-57 with the addresses 64 bytes further apart; groups that alias among themselves but
-    not with each other overlap (two to four groups of 12: 253-363). The updates of one store-queue window (the
-    innermost loops whose updates fit in it, in program order) are grouped by their address
-    modulo :data:`ALIAS_BYTES`; the largest group of ``A`` costs
+    not with each other overlap (two to four groups of 12: 253-363). The updates of one
+    store-queue window (the innermost loops whose updates fit in it, in program order) are
+    grouped by their address modulo :data:`ALIAS_BYTES`; the largest group of ``A`` costs
     ``(A - store_alias_tolerated) * store_alias_penalty`` cycles (micro-architecture data),
     spread over the window's updates. 0 without those data.
     """
