@@ -130,6 +130,10 @@ class Access:
         """Elements between neighbours of each dimension (row-major over ``shape``)."""
         return row_major_strides(self.shape)
 
+    def byte_stride(self, var: str) -> int:
+        """Bytes the address moves per step of loop variable ``var`` (its affine part)."""
+        return sum(ix.coeff(var) * st for ix, st in zip(self.indices, self.strides)) * self.dtype_bytes
+
 
 @_hash_once
 @dataclass(frozen=True)

@@ -9,30 +9,18 @@
  * Each step of a reduction loop updates (loads, adds to, stores) H x I floats at
  * h * SH + i * SI bytes, as a loop nest does whose accumulators are not kept in registers.
  * With SH a multiple of 4 KiB the H updates of one i agree in their low 12 address bits.
- * Every configuration runs in a process of its own state twice after a warm-up; the second is
- * printed. The clock is a chain of dependent 512-bit FMAs, taken as 4 cycles each.
+ * Every configuration runs three times in a row and the last run is
+ * printed. The clock (fma_clock.h) is a chain of dependent 512-bit FMAs, taken as 4 cycles each.
  */
 #include <immintrin.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <x86intrin.h>
 
+#include "fma_clock.h"
+
 #define N 2000000L
 #define STEPS 100000L
-
-static double ticks(void) { return (double)__rdtsc(); }
-
-__attribute__((noinline)) static double ticks_per_cycle(void) {
-  __m512 a = _mm512_set1_ps(1.0f), b = _mm512_set1_ps(0.999999f), c = _mm512_setzero_ps();
-  double t = ticks();
-  for (long i = 0; i < N; i++) {
-    a = _mm512_fmadd_ps(a, b, c); a = _mm512_fmadd_ps(a, b, c);
-    a = _mm512_fmadd_ps(a, b, c); a = _mm512_fmadd_ps(a, b, c);
-  }
-  t = ticks() - t;
-  volatile float keep = _mm512_reduce_add_ps(a); (void)keep;
-  return t / (16.0 * N);
-}
 
 static float *buf;
 
@@ -61,7 +49,7 @@ static void row(double tpc, int h, int i, long sh, long si) {
 int main(void) {
   buf = aligned_alloc(4096, 64L << 20);
   for (long j = 0; j < (16L << 20); j++) buf[j] = 0;
-  double tpc = ticks_per_cycle();
+  double tpc = ticks_per_cycle(N);
   printf("time-stamp ticks per core cycle: %.3f\n", tpc);
   printf("one group: H updates 64 KiB apart, and 64 KiB + 64 bytes apart\n");
   for (int h = 4; h <= 24; h += (h < 12 ? 1 : 4)) {

@@ -5,31 +5,18 @@
  *
  *     gcc -O2 -march=x86-64-v4 scripts/microbench/zen4_memory.c -o /tmp/zen4_memory && /tmp/zen4_memory
  *
- * The clock is a chain of dependent 512-bit FMAs, taken as 4 cycles each (Zen 4's FMA
+ * The clock (fma_clock.h) is a chain of dependent 512-bit FMAs, taken as 4 cycles each (Zen 4's FMA
  * latency): the time-stamp counter ticks at a fixed rate that is not the core's clock.
  */
 #include <immintrin.h>
 #include <stdio.h>
 #include <x86intrin.h>
 
+#include "fma_clock.h"
+
 #define N 2000000L
 static float data[4096] __attribute__((aligned(64)));
 static float slots[256] __attribute__((aligned(64)));
-
-static double ticks(void) { return (double)__rdtsc(); }
-
-/* Time-stamp ticks per core cycle. */
-__attribute__((noinline)) static double ticks_per_cycle(void) {
-  __m512 a = _mm512_set1_ps(1.0f), b = _mm512_set1_ps(0.999999f), c = _mm512_setzero_ps();
-  double t = ticks();
-  for (long i = 0; i < N; i++) {
-    a = _mm512_fmadd_ps(a, b, c); a = _mm512_fmadd_ps(a, b, c);
-    a = _mm512_fmadd_ps(a, b, c); a = _mm512_fmadd_ps(a, b, c);
-  }
-  t = ticks() - t;
-  volatile float keep = _mm512_reduce_add_ps(a); (void)keep;
-  return t / (16.0 * N);  /* 4 FMAs an iteration, 4 cycles each */
-}
 
 static const int IDX[16] = {0, 17, 34, 51, 68, 85, 102, 119, 136, 153, 170, 187, 204, 221, 238, 255};
 
@@ -229,11 +216,11 @@ __attribute__((noinline)) static double moving_rows(int row, __mmask16 mask) {
 
 /* Ticks of one measurement in core cycles, the clock read again right after it: the core's
  * frequency moves (boost, other load) while the time-stamp counter's does not. */
-static double CYCLES(double ticks_taken) { return ticks_taken / ticks_per_cycle(); }
+static double CYCLES(double ticks_taken) { return ticks_taken / ticks_per_cycle(N); }
 
 int main(void) {
   for (int i = 0; i < 4096; i++) data[i] = 0.001f * i;
-  double c = ticks_per_cycle();
+  double c = ticks_per_cycle(N);
   printf("time-stamp ticks per core cycle: %.3f\n", c);
   printf("gather throughput, cycles each: 4 elements %.1f, 8 %.1f (64-bit indices %.1f), 16 %.1f, 16 with 14 lanes on %.1f\n",
          CYCLES(gathers(4, 0, 0xffff)), CYCLES(gathers(8, 0, 0xffff)), CYCLES(gathers(64 + 8, 0, 0xffff)), CYCLES(gathers(16, 0, 0xffff)),

@@ -11,12 +11,14 @@
  *
  *     gcc -O2 -march=x86-64-v4 scripts/microbench/zen4_window.c -o /tmp/zen4_window && /tmp/zen4_window
  *
- * The clock is a chain of dependent 512-bit FMAs, taken as 4 cycles each (Zen 4's FMA
+ * The clock (fma_clock.h) is a chain of dependent 512-bit FMAs, taken as 4 cycles each (Zen 4's FMA
  * latency): the time-stamp counter ticks at a fixed rate that is not the core's clock.
  */
 #include <immintrin.h>
 #include <stdio.h>
 #include <x86intrin.h>
+
+#include "fma_clock.h"
 
 #define N 400000L
 static float in[1024] __attribute__((aligned(64)));
@@ -29,19 +31,6 @@ static float out[1024] __attribute__((aligned(64)));
 #define SHUF4 SHUF SHUF SHUF SHUF
 #define MIXED8 ADD4 SHUF4
 #define MIXED96 MIXED8 MIXED8 MIXED8 MIXED8 MIXED8 MIXED8 MIXED8 MIXED8 MIXED8 MIXED8 MIXED8 MIXED8
-
-/* Time-stamp ticks per core cycle. */
-__attribute__((noinline)) static double ticks_per_cycle(void) {
-  __m512 a = _mm512_set1_ps(1.0f), b = _mm512_set1_ps(0.999999f), c = _mm512_setzero_ps();
-  double t = (double)__rdtsc();
-  for (long i = 0; i < 10 * N; i++) {
-    a = _mm512_fmadd_ps(a, b, c); a = _mm512_fmadd_ps(a, b, c);
-    a = _mm512_fmadd_ps(a, b, c); a = _mm512_fmadd_ps(a, b, c);
-  }
-  t = (double)__rdtsc() - t;
-  volatile float keep = _mm512_reduce_add_ps(a); (void)keep;
-  return t / (16.0 * 10 * N);
-}
 
 /* Ticks an iteration of: load, `body`, store. */
 #define CHAIN(name, body)                                                                   \
@@ -66,7 +55,7 @@ CHAIN(chain48_shuffles, MIXED96)
 int main(void) {
   __asm__ volatile("vmovss %0, %%xmm1" :: "m"(in[0]) : "xmm1");
   for (int r = 0; r < 3; r++) {
-    double c = ticks_per_cycle();
+    double c = ticks_per_cycle(10 * N);
     printf("chains of K dependent VADDSS, one an iteration, cycles an iteration: K=16 %.1f, 32 %.1f, 48 %.1f, "
            "64 %.1f, 96 %.1f; K=48 with 48 independent shuffles %.1f\n",
            chain16() / c, chain32() / c, chain48() / c, chain64() / c, chain96() / c, chain48_shuffles() / c);

@@ -101,6 +101,7 @@ import itertools
 import math
 from collections.abc import Iterable
 from functools import lru_cache
+from typing import NamedTuple
 
 import islpy as isl
 import numpy as np
@@ -404,28 +405,37 @@ def _group(raw) -> dict[str, frozenset[Piece]]:
     return {buf: frozenset(ps) for buf, ps in found.items()}
 
 
+class _Footprints(NamedTuple):
+    """What :class:`_Info` holds of a node for every cache geometry (see there); ``joined``:
+    one iteration's pieces per buffer, None for a statement or a loop of one child."""
+
+    raw: tuple
+    pieces: dict
+    lines: dict
+    joined: dict | None
+    iter_lines: dict
+    varies: frozenset
+
+
 @lru_cache(maxsize=_NODE_CACHE_SIZE)
-def _footprints(node: Node, line_bytes: int) -> tuple:
-    """``(raw, pieces, lines, joined, iter_lines, varies)`` of a node, for every cache geometry
-    (:class:`_Info`; ``joined``: one iteration's pieces per buffer, None for a statement or a
-    loop of one child)."""
+def _footprints(node: Node, line_bytes: int) -> _Footprints:
     if isinstance(node, Statement):
         raw = tuple((a, ()) for a in node.accesses)
         pieces = _group(raw)
         lines = {b: _count(ps, line_bytes) for b, ps in pieces.items()}
-        return raw, pieces, lines, None, lines, frozenset()
+        return _Footprints(raw, pieces, lines, None, lines, frozenset())
     kids = [_footprints(c, line_bytes) for c in node.body]
     item = ((node.var, node.extent),)
-    raw = tuple((a, ext + item) for k in kids for a, ext in k[0])
+    raw = tuple((a, ext + item) for k in kids for a, ext in k.raw)
     pieces = _group(raw)
     lines = {b: _count(ps, line_bytes) for b, ps in pieces.items()}
     if len(kids) == 1:
-        joined, iter_lines = None, kids[0][2]
+        joined, iter_lines = None, kids[0].lines
     else:
-        joined = {b: frozenset().union(*(k[1].get(b, frozenset()) for k in kids)) for b in pieces}
+        joined = {b: frozenset().union(*(k.pieces.get(b, frozenset()) for k in kids)) for b in pieces}
         iter_lines = {b: _count(ps, line_bytes) for b, ps in joined.items()}
     varies = frozenset(a.buffer for a, _ in raw if a.depends_on(node.var))
-    return raw, pieces, lines, joined, iter_lines, varies
+    return _Footprints(raw, pieces, lines, joined, iter_lines, varies)
 
 
 @lru_cache(maxsize=_NODE_CACHE_SIZE)
@@ -454,7 +464,7 @@ def _info(node: Node, line_bytes: int, sets: int = 0, ways: int = 0) -> _Info:
 def _pair_lines(node: Loop, line_bytes: int) -> dict[str, int]:
     """Footprint per buffer of a loop's first two iterations."""
     two = ((node.var, min(2, node.extent)),)
-    raw = tuple((a, ext[:-1] + two) for a, ext in _footprints(node, line_bytes)[0])
+    raw = tuple((a, ext[:-1] + two) for a, ext in _footprints(node, line_bytes).raw)
     return {b: _count(ps, line_bytes) for b, ps in _group(raw).items()}
 
 
@@ -521,7 +531,7 @@ def footprint_lines(node: Node, line_bytes: int) -> dict[str, int]:
     dict
         Lines per buffer.
     """
-    return dict(_footprints(node, line_bytes)[2])
+    return dict(_footprints(node, line_bytes).lines)
 
 
 #: Bytes of a page: a cache whose sets span no more than this is indexed by address bits the
@@ -562,7 +572,7 @@ def data_movement(node: Node, capacity: int, line_bytes: int, sets: int = 0) -> 
         Per buffer: bytes touched over the whole node (whole lines), and bytes moved into
         the cache.
     """
-    lines = _footprints(node, line_bytes)[2]
+    lines = _footprints(node, line_bytes).lines
     moved = _movement(node, capacity // line_bytes, line_bytes, sets)
     return ({b: n * line_bytes for b, n in lines.items()}, {b: n * line_bytes for b, n in moved.items()})
 

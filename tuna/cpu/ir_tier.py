@@ -232,8 +232,9 @@ def statement_counts(
         chain *= machine.latency.get("fma", 4) / (inner * overlap)
         masked = _masked_accumulator_chain(stmt, writes, vec, hw, by_tvm, tile, outside, machine)
         aliased = _aliased_updates(stmt, writes, loops, reduce_at[-1], tile_start, vec, hw, machine)
-        counts["alias"] += aliased * execs // vl * vinstr
-        counts["chain"] += max(chain, masked, counts["alias"])
+        alias = aliased * execs // vl * vinstr
+        counts["alias"] += alias
+        counts["chain"] += max(chain, masked, alias)
 
     for pos, lp in enumerate(loops):
         if lp.var not in unrolled and lp.kind != LoopKind.VECTORIZED:
@@ -287,8 +288,7 @@ def _masked_accumulator_chain(stmt: Statement, writes: list[Access], vec: Loop |
         return 0.0
     write = writes[0]
     rows = [lp for lp in tile if lp is not vec and write.depends_on(lp.var)]
-    row_bytes = min((abs(sum(ix.coeff(lp.var) * st for ix, st in zip(write.indices, write.strides))) * write.dtype_bytes
-                     for lp in rows), default=0)
+    row_bytes = min((abs(write.byte_stride(lp.var)) for lp in rows), default=0)
     fma = machine.latency.get("fma", 4)
     iterations = math.prod(lp.extent for lp in outside)
     if rows and row_bytes < hw * write.dtype_bytes and ua.store_forward_fail_latency is not None:
@@ -341,7 +341,7 @@ def _aliased_updates(stmt: Statement, writes: list[Access], loops: tuple[Loop, .
     for lp in reversed(inside):
         if any(lp.var in ix.opaque for ix in write.indices):
             return 0.0  # addresses through div/mod of a fused loop: not a progression
-        stride = sum(ix.coeff(lp.var) * st for ix, st in zip(write.indices, write.strides)) * write.dtype_bytes
+        stride = write.byte_stride(lp.var)
         steps = lp.extent
         if lp is vec:
             steps, stride = math.ceil(lp.extent / lanes), stride * lanes

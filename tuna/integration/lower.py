@@ -265,6 +265,10 @@ def _count_ops(value) -> list[tuple[str, int]]:
     return sorted(counts.items())
 
 
+def _is_if_then_else(e) -> bool:
+    return isinstance(e, tvm.ir.Call) and str(getattr(e.op, "name", "")).endswith("if_then_else")
+
+
 class _Extractor:
     """Walks a scheduled PrimFunc and builds the loop tree."""
 
@@ -347,25 +351,27 @@ class _Extractor:
         accesses: list[ir.Access] = []
         nodes = list(_subexprs(store.value))
         for e in nodes:  # conditions that differ between lanes make their vector loops scalar
-            if isinstance(e, tvm.ir.Call) and str(getattr(e.op, "name", "")).endswith("if_then_else"):
+            if _is_if_then_else(e):
                 self._note_lane_condition(e.args[0], env)
         for e in nodes:
             if isinstance(e, tvm.ir.TensorLoad):
                 accesses.append(self._access(e.source, e.indices, False, env))
         accesses.append(self._access(store.buffer, store.indices, True, env))
+        ops = tuple(_count_ops(store.value))
         return ir.Statement(
             name=block_name,
             accesses=tuple(accesses),
-            ops=tuple(_count_ops(store.value)),
+            ops=ops,
             dtype_bytes=dtype_bytes(_ty(store.value)),
-            guards=self._guards(nodes, env),
+            guards=self._guards(nodes, env, dict(ops).get("cmp", 0)),
         )
 
-    def _guards(self, nodes, env) -> tuple[tuple[ir.Index, int], ...]:
-        """The parity tests of the value's zero guards (:attr:`tuna.ir.Statement.guards`)."""
+    def _guards(self, nodes, env, cmps: int) -> tuple[tuple[ir.Index, int], ...]:
+        """The parity tests of the value's zero guards (:attr:`tuna.ir.Statement.guards`);
+        ``cmps``: the value's "cmp" operations."""
         found, selects = [], 0
         for e in nodes:
-            if not (isinstance(e, tvm.ir.Call) and str(getattr(e.op, "name", "")).endswith("if_then_else")):
+            if not _is_if_then_else(e):
                 continue
             cond, other = e.args[0], e.args[2]
             if not (isinstance(other, (tirx.FloatImm, tirx.IntImm)) and other.value == 0):
@@ -386,9 +392,6 @@ class _Extractor:
             found += tests
             selects += 1
         # Only when the tests are all the value's comparisons (each test and select one "cmp").
-        compares = (tirx.Select, tirx.EQ, tirx.NE, tirx.LT, tirx.LE, tirx.GT, tirx.GE)
-        cmps = sum(1 for e in nodes if isinstance(e, compares)
-                   or (isinstance(e, tvm.ir.Call) and str(getattr(e.op, "name", "")).endswith("if_then_else")))
         return tuple(found) if cmps == len(found) + selects else ()
 
     def visit(self, stmt, env, block_name: str) -> list[ir.Node]:
