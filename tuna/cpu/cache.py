@@ -119,14 +119,6 @@ _NODE_CACHE_SIZE = 1 << 12  # node summaries and movements (hold IR nodes)
 # --------------------------------------------------------------------------- pieces
 
 
-def _strides(shape: tuple[int, ...]) -> list[int]:
-    strides, acc = [], 1
-    for size in reversed(shape):
-        strides.append(acc)
-        acc *= max(1, size)
-    return strides[::-1]
-
-
 @lru_cache(maxsize=_CACHE_SIZE)
 def _access_vars(access: Access) -> frozenset[str]:
     return frozenset(v for ix in access.indices for v in (*(n for n, _ in ix.coeffs), *ix.opaque))
@@ -171,7 +163,7 @@ def _piece(access: Access, extents: tuple[tuple[str, int], ...]) -> Piece:
     coeff: dict[str, int] = {}
     const = 0
     fresh: list[tuple[int, int]] = []
-    for ix, size, stride in zip(access.indices, access.shape, _strides(access.shape)):
+    for ix, size, stride in zip(access.indices, access.shape, access.strides):
         opaque = [v for v in ix.opaque if ext.get(v, 1) > 1]
         if opaque:
             # Non-affine subscript: over-approximate by an interval of dim_range values.
