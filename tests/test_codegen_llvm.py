@@ -8,7 +8,7 @@ from tvm import s_tir, te
 
 from tuna import integration, machine
 from tuna.cpu import ir_tier
-from tuna.cpu.codegen import codegen_loops, tvm_unrolled
+from tuna.cpu.codegen import codegen_loops, register_buffers, tvm_unrolled
 from tuna.integration.workloads import parse_tvmscript, tvm_target
 from tuna.ir import LoopKind, walk
 
@@ -95,3 +95,41 @@ def test_accumulators_allocated_in_the_loop_leave_it_to_the_loop_vectorizer_as_l
         assert [lp.kind for lp in codegen_loops(stmt, loops, zen4, tvm_loops) if lp.var == "x"] == [LoopKind.SERIAL]
     feats = ir_tier.features(kernel, zen4)  # one vector FMA of `width` lanes per tap and channel
     assert feats["lanes_fma"] / feats["fma"] == (1 if pad_inside else width)
+
+
+def _padded_rows(pad_in_reduction: bool) -> tvm.IRModule:
+    """Four output rows of a matrix product over a padded input, computed where it is used:
+    in the reduction loop (four elements, at subscripts only an unrolled loop varies) or,
+    with ``pad_in_reduction`` false, once for the parallel loop's iteration (the reduction
+    loop's 32 steps among its subscripts)."""
+    a, w = te.placeholder((64, 32), name="A"), te.placeholder((32, 16), name="W")
+    p = te.compute((66, 32), lambda r, c: tvm.tirx.if_then_else(tvm.tirx.all(r >= 1, r <= 64), a[r - 1, c], 0.0),
+                   name="P")
+    rc = te.reduce_axis((0, 32), name="rc")
+    o = te.compute((64, 16), lambda r, co: te.sum(p[r + 1, rc] * w[rc, co], axis=[rc]), name="O")
+    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([a, w, o]).with_attr("tirx.noalias", True)}))
+    block = sch.get_sblock("O")
+    rows, cols, red = sch.get_loops(block)
+    outer, inner = sch.split(rows, [16, 4])
+    sch.reorder(outer, red, inner, cols)
+    sch.parallel(outer)
+    sch.unroll(inner)
+    sch.vectorize(cols)
+    sch.decompose_reduction(block, red)
+    sch.compute_at(sch.get_sblock("P"), red if pad_in_reduction else outer)
+    return sch.mod
+
+
+@pytest.mark.parametrize("pad_in_reduction", [True, False])
+def test_buffers_at_constant_subscripts_stay_in_registers_as_in_llvm(pad_in_reduction):
+    zen4 = machine.preset("zen4")
+    mod = _padded_rows(pad_in_reduction)
+    kernel = integration.kernel_from_module(mod)
+    in_registers = register_buffers(kernel, zen4, frozenset(tvm_unrolled(kernel)))
+    asm = tvm.compile(mod, target=tvm_target(zen4)).mod.inspect_source("s")
+    stack_vectors = [ln for ln in asm.splitlines() if ln.split()[:1] == ["vmovups"] and "%zmm" in ln and "(%rsp)" in ln]
+    # LLVM stores the padded rows to the stack only where a rolled loop indexes them.
+    assert (not stack_vectors) == pad_in_reduction
+    assert in_registers == ({"P"} if pad_in_reduction else set())
+    stores = ir_tier.features(kernel, zen4)["store"]
+    assert stores == 128 if pad_in_reduction else stores > 128  # only the output: 16 x 4 rows, zeroed and summed

@@ -19,7 +19,9 @@ loop can occupy (``machine.threads``); cache fills (integer-set data movement), 
 traffic, calls of the C math library (one per lane of every exp, log, ...) and the
 instructions around them are separate terms of the linear model in :mod:`tuna.linear`; the
 latter counts what shares the calls' straight-line code, and the values that outlive the
-registers the calling convention preserves, reloaded after every call.
+registers the calling convention preserves, reloaded after every call. Buffers allocated in
+the kernel and accessed only at constant subscripts once unrolled stay in registers
+(:func:`tuna.cpu.codegen.register_buffers`).
 
 The full tier takes two groups of these terms from here, each computed alone:
 :func:`memory_terms` (cache fills and DRAM traffic) and :func:`loop_tree_bounds` (the loop
@@ -47,6 +49,7 @@ from .codegen import (
     contiguous_in,
     folded_share,
     hoisted_loops,
+    register_buffers,
     rolled_around,
     tvm_unrolled,
     unrolled_loops,
@@ -126,13 +129,15 @@ def _below_home(loops: tuple[Loop, ...], homes: Mapping[str, str | None] | None,
 
 def statement_counts(
     stmt: Statement, loops: tuple[Loop, ...], machine: Machine, tvm: frozenset[str] | None = None,
-    homes: Mapping[str, str | None] | None = None,
+    homes: Mapping[str, str | None] | None = None, in_registers: frozenset[str] = frozenset(),
 ) -> Counter:
     """Dynamic instruction counts of one statement, by class (``tvm``: see :func:`unrolled_loops`).
 
     ``homes`` maps buffers allocated in the kernel to the loop they are allocated in
     (:attr:`~tuna.ir.Allocation.loop`): an access to such a buffer is not hoisted out of
     that loop even where its subscript is invariant, since every iteration rewrites the buffer.
+    Accesses to the buffers ``in_registers`` (:func:`~tuna.cpu.codegen.register_buffers`) are
+    neither loads nor stores: LLVM keeps those buffers in registers.
     """
     share = folded_share(stmt, loops, tvm)
     if share < 1:
@@ -185,6 +190,8 @@ def statement_counts(
         counts["spill"] += (registers - machine.vector_registers) * math.prod(lp.extent for lp in outside)
 
     for (buf, idx, write), n in distinct.items():
+        if buf in in_registers:
+            continue
         hoisting = fits
         # (no hoisting out of the loop the buffer is allocated in, nor out of those around it)
         inner_to = _below_home(loops, homes, buf)
@@ -497,6 +504,7 @@ def _call_block_ops(
 
 def _nest_counts(
     node: Loop | Statement, machine: Machine, tvm: frozenset[str], allocations: Mapping[str, Allocation],
+    registers: frozenset[str] = frozenset(),
 ) -> tuple[list[tuple[Statement, tuple[Loop, ...], Counter]], Counter]:
     """Each statement of one top-level nest with its loops and counts, and their sum."""
     counts: Counter = Counter()
@@ -506,7 +514,7 @@ def _nest_counts(
     for (stmt, loops), hoisted in zip(walked, hoisted_loops(walked, machine, tvm, homes), strict=True):
         # A loop LICM hoists the statement out of runs it once (codegen.hoisted_loops).
         counted = tuple(dataclasses.replace(lp, extent=1) if lp.var in hoisted else lp for lp in loops)
-        stmts.append((stmt, loops, statement_counts(stmt, counted, machine, tvm, homes)))
+        stmts.append((stmt, loops, statement_counts(stmt, counted, machine, tvm, homes, registers)))
     for _, _, own in stmts:
         counts.update(own)
     return stmts, counts
@@ -532,10 +540,10 @@ def _threads(node: Loop | Statement, machine: Machine) -> tuple[int, int, float]
 
 def _nest_terms(
     node: Loop | Statement, machine: Machine, feats: Counter, tvm: frozenset[str],
-    allocations: Mapping[str, Allocation],
+    allocations: Mapping[str, Allocation], registers: frozenset[str] = frozenset(),
 ) -> None:
     """Add one top-level nest's terms of the linear model (and diagnostics) to ``feats``."""
-    stmts, counts = _nest_counts(node, machine, tvm, allocations)
+    stmts, counts = _nest_counts(node, machine, tvm, allocations, registers)
     if counts["math"]:
         counts["call_block_ops"] = _call_block_ops(node, stmts, machine, tvm, allocations)
     tp = machine.throughput
@@ -578,8 +586,9 @@ def features(kernel: KernelIR, machine: Machine) -> Counter:
     feats: Counter = Counter()
     tvm = frozenset(tvm_unrolled(kernel))
     allocations = {a.name: a for a in kernel.allocations}
+    registers = register_buffers(kernel, machine, tvm)
     for node in kernel.body:
-        _nest_terms(node, machine, feats, tvm, allocations)
+        _nest_terms(node, machine, feats, tvm, allocations, registers)
     feats["const"] = 1.0
     return feats
 
