@@ -5,9 +5,9 @@ TVM's ``UnrollLoop`` pass unrolls explicitly unrolled loops and small loops unde
 LLVM then unrolls small innermost loops completely and vectorizes the innermost loop TVM
 left serial where its accesses allow (:func:`codegen_loops`). The loops left over are the
 machine code's loops (:func:`rolled_around`), and small buffers the unrolling leaves at
-constant subscripts become registers (:func:`register_buffers`). Both tiers use this: the IR tier to count
-instructions the way LLVM emits them, the loop mapping to know which TIR loops can match a
-machine loop. Pure functions of the loop tree and the machine description.
+constant subscripts become registers (:func:`register_buffers`). Both tiers use this: the
+IR tier to count instructions the way LLVM emits them, the loop mapping to know which TIR
+loops can match a machine loop. Pure functions of the loop tree and the machine description.
 """
 
 from __future__ import annotations
@@ -319,7 +319,6 @@ def hoisted_loops(
             hoisted.add(lp.var)
         out.append(frozenset(hoisted))
     return out
-
 
 
 def register_buffers(kernel: KernelIR, machine: Machine, tvm: frozenset[str]) -> frozenset[str]:

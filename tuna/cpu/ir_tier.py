@@ -504,7 +504,7 @@ def _call_block_ops(
 
 def _nest_counts(
     node: Loop | Statement, machine: Machine, tvm: frozenset[str], allocations: Mapping[str, Allocation],
-    registers: frozenset[str] = frozenset(),
+    in_registers: frozenset[str] = frozenset(),
 ) -> tuple[list[tuple[Statement, tuple[Loop, ...], Counter]], Counter]:
     """Each statement of one top-level nest with its loops and counts, and their sum."""
     counts: Counter = Counter()
@@ -514,7 +514,7 @@ def _nest_counts(
     for (stmt, loops), hoisted in zip(walked, hoisted_loops(walked, machine, tvm, homes), strict=True):
         # A loop LICM hoists the statement out of runs it once (codegen.hoisted_loops).
         counted = tuple(dataclasses.replace(lp, extent=1) if lp.var in hoisted else lp for lp in loops)
-        stmts.append((stmt, loops, statement_counts(stmt, counted, machine, tvm, homes, registers)))
+        stmts.append((stmt, loops, statement_counts(stmt, counted, machine, tvm, homes, in_registers)))
     for _, _, own in stmts:
         counts.update(own)
     return stmts, counts
@@ -540,10 +540,10 @@ def _threads(node: Loop | Statement, machine: Machine) -> tuple[int, int, float]
 
 def _nest_terms(
     node: Loop | Statement, machine: Machine, feats: Counter, tvm: frozenset[str],
-    allocations: Mapping[str, Allocation], registers: frozenset[str] = frozenset(),
+    allocations: Mapping[str, Allocation], in_registers: frozenset[str] = frozenset(),
 ) -> None:
     """Add one top-level nest's terms of the linear model (and diagnostics) to ``feats``."""
-    stmts, counts = _nest_counts(node, machine, tvm, allocations, registers)
+    stmts, counts = _nest_counts(node, machine, tvm, allocations, in_registers)
     if counts["math"]:
         counts["call_block_ops"] = _call_block_ops(node, stmts, machine, tvm, allocations)
     tp = machine.throughput
@@ -586,9 +586,9 @@ def features(kernel: KernelIR, machine: Machine) -> Counter:
     feats: Counter = Counter()
     tvm = frozenset(tvm_unrolled(kernel))
     allocations = {a.name: a for a in kernel.allocations}
-    registers = register_buffers(kernel, machine, tvm)
+    in_registers = register_buffers(kernel, machine, tvm)
     for node in kernel.body:
-        _nest_terms(node, machine, feats, tvm, allocations, registers)
+        _nest_terms(node, machine, feats, tvm, allocations, in_registers)
     feats["const"] = 1.0
     return feats
 
