@@ -89,6 +89,12 @@ def unrolled_loops(loops: tuple[Loop, ...], tvm: frozenset[str] | None = None) -
     return unrolled
 
 
+def below_home(loops: tuple[Loop, ...], homes: Mapping[str, str | None] | None, buffer: str) -> int:
+    """Position in ``loops`` just inside the loop ``buffer`` is allocated in (0: none of them)."""
+    home = (homes or {}).get(buffer)
+    return next((pos + 1 for pos, lp in enumerate(loops) if lp.var == home), 0)
+
+
 def contiguous_in(access: Access, var: str) -> bool:
     """Whether consecutive iterations of ``var`` touch consecutive elements (unit stride, last dim)."""
     if not access.indices or any(ix.depends_on(var) for ix in access.indices[:-1]):
@@ -337,17 +343,16 @@ def register_buffers(kernel: KernelIR, machine: Machine, tvm: frozenset[str]) ->
     counted so, the same pools ranked worse (top-10 0.717).
     """
     homes = {a.name: a.loop for a in kernel.allocations}
-    fits = {a.name: a.elements <= machine.vector_registers * machine.lanes(a.dtype_bytes)
-            for a in kernel.allocations}
-    promoted = dict.fromkeys(homes, True)
+    promoted = {a.name for a in kernel.allocations
+                if a.elements <= machine.vector_registers * machine.lanes(a.dtype_bytes)}
     for stmt, loops in walk(kernel.body):
-        mine = [a for a in stmt.accesses if a.buffer in homes]
+        mine = [a for a in stmt.accesses if a.buffer in promoted]
         if not mine:
             continue
         code, unrolled, full = _codegen(stmt, loops, machine, tvm, homes)
         for acc in mine:
-            start = next((pos + 1 for pos, lp in enumerate(loops) if lp.var == homes[acc.buffer]), 0)
+            start = below_home(loops, homes, acc.buffer)
             constant = {lp.var for pos, lp in enumerate(code) if pos >= start and (lp.var in unrolled or pos in full)}
             if any(ix.opaque or any(v not in constant for v, _ in ix.coeffs) for ix in acc.indices):
-                promoted[acc.buffer] = False
-    return frozenset(name for name, ok in promoted.items() if ok and fits[name])
+                promoted.discard(acc.buffer)
+    return frozenset(promoted)

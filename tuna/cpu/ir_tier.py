@@ -45,6 +45,7 @@ from ..machine import Machine
 from .cache import data_movement, known_sets
 from .codegen import (
     MIN_AUTO_LANES,
+    below_home,
     codegen_loops,
     contiguous_in,
     folded_share,
@@ -121,12 +122,6 @@ def _access_lanes(access: Access, vec: Loop | None, hw_lanes: int) -> int:
     return math.ceil(vec.extent / math.ceil(vec.extent / hw_lanes))
 
 
-def _below_home(loops: tuple[Loop, ...], homes: Mapping[str, str | None] | None, buffer: str) -> int:
-    """Position in ``loops`` just inside the loop ``buffer`` is allocated in (0: none of them)."""
-    home = (homes or {}).get(buffer)
-    return next((pos + 1 for pos, lp in enumerate(loops) if lp.var == home), 0)
-
-
 def statement_counts(
     stmt: Statement, loops: tuple[Loop, ...], machine: Machine, tvm: frozenset[str] | None = None,
     homes: Mapping[str, str | None] | None = None, in_registers: frozenset[str] = frozenset(),
@@ -194,7 +189,7 @@ def statement_counts(
             continue
         hoisting = fits
         # (no hoisting out of the loop the buffer is allocated in, nor out of those around it)
-        inner_to = _below_home(loops, homes, buf)
+        inner_to = below_home(loops, homes, buf)
         for pos in range(len(outside) - 1, -1, -1):
             lp = outside[pos]
             if hoisting and pos >= inner_to and not any(ix.depends_on(lp.var) for ix in idx):
@@ -211,7 +206,7 @@ def statement_counts(
     # A loop the stores do not vary with reduces into them, unless a written buffer is
     # allocated inside it (compaction shrinks a per-iteration accumulator to one element):
     # then each iteration starts a fresh accumulator.
-    fresh = max((_below_home(loops, homes, w.buffer) for w in writes), default=0)
+    fresh = max((below_home(loops, homes, w.buffer) for w in writes), default=0)
     reduce_at = [pos for pos, lp in enumerate(loops)
                  if pos >= fresh and not stmt.stores_vary_with(lp.var)]
     if writes and reduce_at and stmt.op_count("fma") + stmt.op_count("add"):
