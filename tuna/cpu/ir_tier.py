@@ -12,11 +12,11 @@ power of two, kept in registers over a rolled loop, are carried lane by lane (LL
 such loop-carried vectors: :data:`SCALARIZED_LANE_INSTRUCTIONS`). Reductions are bounded by
 the FMA latency over the updates independent of each accumulator (those inside the
 innermost reduction loop, and instances of the reduction loops directly around it that the
-reorder buffer overlaps). Each
-top-level loop nest's core cycles are those of its busiest resource (FP pipes, load/store
-ports, front end, FMA chains), divided over the threads of TVM's pool its outermost parallel
-loop can occupy (``machine.threads``); cache fills (integer-set data movement), DRAM
-traffic, calls of the C math library (one per lane of every exp, log, ...) and the
+reorder buffer overlaps). Each top-level loop nest's core cycles are those of its two
+busiest resources added (FP pipes, load/store ports, front end, FMA chains:
+:func:`_core_cycles`), divided over the threads of TVM's pool its outermost parallel loop
+can occupy (``machine.threads``); cache fills (integer-set data movement), DRAM traffic,
+calls of the C math library (one per lane of every exp, log, ...) and the
 instructions around them are separate terms of the linear model in :mod:`tuna.linear`; the
 latter counts what shares the calls' straight-line code, and the values that outlive the
 registers the calling convention preserves, reloaded after every call. Buffers allocated in
@@ -525,6 +525,26 @@ def _fp_cycles(counts: Counter, machine: Machine) -> float:
     ) + counts["pipe_div"] / tp["div"] + counts["pipe_special"] / tp["special"]
 
 
+def _core_cycles(bounds: tuple[float, ...]) -> float:
+    """Core cycles of a nest on an out-of-order core from its resources' bounds (FP pipes,
+    load and store ports, front end, reduction chains): the two busiest, added.
+
+    The counts behind the bounds are the loop tree's, not the code's, and an out-of-order
+    core seldom overlaps its two busiest resources fully: taken as the busiest alone, the
+    candidates of a pool tied on it (most often the FP pipes) were ordered by the smaller
+    terms only, and those whose loads came closer to it could run twice as slow as their
+    ties (a ResNet-50 1 x 1 conv2d of ``docs/bench/heldout-pools-7`` on Zen 4: FP-pipe bound
+    6.42 M cycles for all, the fastest with a load bound of 4.10 M, two 2.1x slower with
+    4.53 M, predicted as fast). Over the 67 development pools (2026-11-28, ``tuna bench rank --tiers ir``) the
+    busiest alone ranked top-1 0.697, top-10 0.732, Kendall tau 0.595; with the second
+    busiest added 0.728, 0.751, 0.606. Tried and not taken: a quarter or half of the second
+    busiest added (top-10 0.733, 0.734), a quarter, half or all of every other bound added
+    (0.732, 0.744, 0.741).
+    """
+    ordered = sorted(bounds)
+    return ordered[-1] + ordered[-2]
+
+
 def _threads(node: Loop | Statement, machine: Machine) -> tuple[int, int, float]:
     """The nest's parallel width, the threads it occupies (TVM's thread pool), and the
     imbalance of its last round."""
@@ -554,7 +574,7 @@ def _nest_terms(
     frontend = instructions / machine.issue_width
     width, active, imbalance = _threads(node, machine)
     fill_terms(node, machine, active, feats)
-    core = max(fp, loads, stores, frontend, counts["chain"])
+    core = _core_cycles((fp, loads, stores, frontend, counts["chain"]))
     if machine.in_order:
         core = fp + loads + stores + counts["chain"] / 2
     for key in ("fma", "add", "mul", "load", "store", "spill", "lane_moves", "lanes_fma", "loop_iterations", "chain"):
