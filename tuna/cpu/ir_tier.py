@@ -539,7 +539,9 @@ def _core_cycles(bounds: tuple[float, ...]) -> float:
     busiest alone ranked top-1 0.697, top-10 0.732, Kendall tau 0.595; with the second
     busiest added 0.728, 0.751, 0.606. Tried and not taken: a quarter or half of the second
     busiest added (top-10 0.733, 0.734), a quarter, half or all of every other bound added
-    (0.732, 0.744, 0.741).
+    (0.732, 0.744, 0.741). On 14 pools held out from this choice (``docs/bench/heldout-pools-10``
+    to ``-13``) the gain is smaller: top-1 0.822 -> 0.811, top-10 0.751 -> 0.756, tau 0.612 ->
+    0.617 (BENCHMARKS.md, 2026-11-28).
     """
     ordered = sorted(bounds)
     return ordered[-1] + ordered[-2]
