@@ -13,16 +13,19 @@ from tuna.cpu.ir_tier import INSTRUCTION_KINDS, estimate, features, statement_co
 from tuna.ir import Access, Allocation, Index, KernelIR, Loop, LoopKind, Statement, walk
 
 
-def _matmul(n, m, k, vec=16, kind=LoopKind.VECTORIZED, unroll=0):
-    """C[i, j] += A[i, kk] * B[kk, j] with j split into (jo, ji) and ji vectorized."""
+def _matmul(n, m, k, vec=16, kind=LoopKind.VECTORIZED, unroll=0, streams=0):
+    """C[i, j] += A[i, kk] * B[kk, j] with j split into (jo, ji) and ji vectorized (and, with
+    ``streams``, that many more buffers read like B whose values nothing uses)."""
     jo = m // vec
     c_idx = (Index((("i", 1),)), Index((("jo", vec), ("ji", 1))))
+    b_idx = (Index((("kk", 1),)), Index((("jo", vec), ("ji", 1))))
     stmt = Statement(
         "C",
         (
             Access("C", False, c_idx, (n, m), 4),
             Access("A", False, (Index((("i", 1),)), Index((("kk", 1),))), (n, k), 4),
-            Access("B", False, (Index((("kk", 1),)), Index((("jo", vec), ("ji", 1)))), (k, m), 4),
+            Access("B", False, b_idx, (k, m), 4),
+            *(Access(f"D{s}", False, b_idx, (k, m), 4) for s in range(streams)),
             Access("C", True, c_idx, (n, m), 4),
         ),
         (("fma", 1),),
@@ -384,6 +387,27 @@ def test_parallel_loops_divide_over_the_runtimes_threads_with_imbalance():
     odd = KernelIR("mm", (Loop("i", 3, LoopKind.PARALLEL, outer.body),))
     assert math.isclose(estimate(odd, zen4).features["compute_cycles"] * 3 / 4, estimate(
         KernelIR("mm", (Loop("i", 3, LoopKind.SERIAL, outer.body),)), zen4).features["compute_cycles"] / 2)
+
+
+def test_a_nests_core_cycles_are_its_two_busiest_resources_added():
+    # Out of order: the busiest bound plus the second busiest (ir_tier._core_cycles); candidates
+    # tied on the FP pipes are then ordered by their loads. In order: every bound adds up.
+    zen4, a53 = machine.preset("zen4"), machine.preset("cortex-a53")
+    for kernel in (_matmul(64, 64, 64), _matmul(64, 64, 64, vec=4), _reduce_innermost(32, 64)):
+        f = features(kernel, zen4)
+        bounds = sorted(f[k] for k in ("fp_cycles", "load_cycles", "store_cycles", "frontend_cycles", "chain"))
+        assert bounds[-2] > 0
+        assert f["compute_cycles"] == pytest.approx(bounds[-1] + bounds[-2])
+        g = features(kernel, a53)
+        assert g["compute_cycles"] == pytest.approx(g["fp_cycles"] + g["load_cycles"] + g["store_cycles"]
+                                                     + g["chain"] / 2)
+    # The same arithmetic and chains, more loads: predicted slower; the busiest bound alone (the
+    # chain here) tied them.
+    lean, heavy = _matmul(64, 64, 64), _matmul(64, 64, 64, streams=2)
+    fl, fh = features(lean, zen4), features(heavy, zen4)
+    assert fl["fp_cycles"] == fh["fp_cycles"] and fl["chain"] == fh["chain"] > fh["load_cycles"]
+    assert fl["load_cycles"] < fh["load_cycles"]
+    assert fl["compute_cycles"] < fh["compute_cycles"]
 
 
 def _register_tile(rows: int) -> tuple[Statement, tuple[Loop, ...]]:

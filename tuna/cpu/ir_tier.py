@@ -535,9 +535,9 @@ def _core_cycles(bounds: tuple[float, ...]) -> float:
     terms only, and those whose loads came closer to it could run twice as slow as their
     ties (a ResNet-50 1 x 1 conv2d of ``docs/bench/heldout-pools-7`` on Zen 4: FP-pipe bound
     6.42 M cycles for all, the fastest with a load bound of 4.10 M, two 2.1x slower with
-    4.53 M, predicted as fast). Over the 67 development pools (2026-11-28, ``tuna bench rank --tiers ir``) the
-    busiest alone ranked top-1 0.697, top-10 0.732, Kendall tau 0.595; with the second
-    busiest added 0.728, 0.751, 0.606. Tried and not taken: a quarter or half of the second
+    4.53 M, predicted as fast). Over the 67 development pools (2026-11-28, ``tuna bench rank
+    --tiers ir``) the busiest alone ranked top-1 0.697, top-10 0.732, Kendall tau 0.595; with
+    the second busiest added 0.728, 0.751, 0.606. Tried and not taken: a quarter or half of the second
     busiest added (top-10 0.733, 0.734), a quarter, half or all of every other bound added
     (0.732, 0.744, 0.741). On 14 pools held out from this choice (``docs/bench/heldout-pools-10``
     to ``-13``) the gain is smaller: top-1 0.822 -> 0.811, top-10 0.751 -> 0.756, tau 0.612 ->
