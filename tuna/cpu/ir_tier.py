@@ -537,11 +537,11 @@ def _core_cycles(bounds: tuple[float, ...]) -> float:
     6.42 M cycles for all, the fastest with a load bound of 4.10 M, two 2.1x slower with
     4.53 M, predicted as fast). Over the 67 development pools (2026-11-28, ``tuna bench rank
     --tiers ir``) the busiest alone ranked top-1 0.697, top-10 0.732, Kendall tau 0.595; with
-    the second busiest added 0.728, 0.751, 0.606. Tried and not taken: a quarter or half of the second
-    busiest added (top-10 0.733, 0.734), a quarter, half or all of every other bound added
-    (0.732, 0.744, 0.741). On 14 pools held out from this choice (``docs/bench/heldout-pools-10``
-    to ``-13``) the gain is smaller: top-1 0.822 -> 0.811, top-10 0.751 -> 0.756, tau 0.612 ->
-    0.617 (BENCHMARKS.md, 2026-11-28).
+    the second busiest added 0.728, 0.751, 0.606. Tried and not taken: a quarter or half of
+    the second busiest added (top-10 0.733, 0.734), a quarter, half or all of every other
+    bound added (0.732, 0.744, 0.741). On 14 pools held out from this choice
+    (``docs/bench/heldout-pools-10`` to ``-13``) the gain is smaller: top-1 0.822 -> 0.811,
+    top-10 0.751 -> 0.756, tau 0.612 -> 0.617 (BENCHMARKS.md, 2026-11-28).
     """
     ordered = sorted(bounds)
     return ordered[-1] + ordered[-2]
@@ -576,9 +576,10 @@ def _nest_terms(
     frontend = instructions / machine.issue_width
     width, active, imbalance = _threads(node, machine)
     fill_terms(node, machine, active, feats)
-    core = _core_cycles((fp, loads, stores, frontend, counts["chain"]))
     if machine.in_order:
         core = fp + loads + stores + counts["chain"] / 2
+    else:
+        core = _core_cycles((fp, loads, stores, frontend, counts["chain"]))
     for key in ("fma", "add", "mul", "load", "store", "spill", "lane_moves", "lanes_fma", "loop_iterations", "chain"):
         feats[key] += counts[key]
     feats["fp_cycles"] += fp
