@@ -410,6 +410,23 @@ def test_a_nests_core_cycles_are_its_two_busiest_resources_added():
     assert fl["compute_cycles"] < fh["compute_cycles"]
 
 
+def test_integer_divisions_are_front_end_instructions_not_fp_divisions():
+    # Index arithmetic (ir_tier.INTEGER_DIVISION_INSTRUCTIONS): a multiply-high and a shift each,
+    # nothing on the FP pipes, where a floating-point division occupies the divider.
+    zen4 = machine.preset("zen4")
+
+    def pad(ops):
+        stmt = Statement("pad", (Access("A", False, (Index((("i", 1),)),), (1024,), 4),
+                                 Access("B", True, (Index((("i", 1),)),), (1024,), 4)), ops)
+        return KernelIR("pad", (Loop("i", 1024, LoopKind.SERIAL, (stmt,)),))
+
+    plain, indexed, divided = (features(pad(ops), zen4) for ops in ((("cmp", 1),), (("cmp", 1), ("idiv", 2)),
+                                                                   (("cmp", 1), ("div", 2))))
+    assert indexed["fp_cycles"] == plain["fp_cycles"] == 0 < divided["fp_cycles"]
+    extra = (indexed["frontend_cycles"] - plain["frontend_cycles"]) * zen4.issue_width
+    assert extra == pytest.approx(ir_tier.INTEGER_DIVISION_INSTRUCTIONS * 2 * 1024)
+
+
 def _register_tile(rows: int) -> tuple[Statement, tuple[Loop, ...]]:
     """GMM-1's candidate 115 in small: C[i, j] += A[i, k] * B[k, j] with ``rows`` rows of
     2-lane vectors accumulated inside a rolled k loop."""

@@ -79,6 +79,30 @@ def test_floor_division_and_modulo_stay_affine_where_ranges_allow():
     assert b.indices[1].coeffs == (("c", 1),) and b.indices[1].opaque == ("f",)
 
 
+_DIVISIONS = """
+@I.ir_module
+class Module:
+    @T.prim_func(s_tir=True)
+    def main(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32"), C: T.Buffer((64,), "float32")):
+        for f, a in T.grid(8, 8):
+            with T.sblock("pad"):
+                v = T.axis.spatial(64, f // 3 * 7 + a)
+                B[v] = T.if_then_else(1 <= v and v < 15, A[v], T.float32(0))
+        for i in range(64):
+            with T.sblock("scale"):
+                v = T.axis.spatial(64, i)
+                C[v] = A[v] / T.float32(3)
+"""
+
+
+def test_integer_divisions_are_told_from_floating_point_ones():
+    # An index's floor division (a padding condition) is integer work; only the float one is "div".
+    mod = integration.parse_tvmscript(_DIVISIONS, "test module")
+    ops = {stmt.name: dict(stmt.ops) for stmt, _ in walk(integration.kernel_from_module(mod).body)}
+    assert ops["pad"].get("idiv") == 2 and "div" not in ops["pad"]
+    assert ops["scale"] == {"div": 1}
+
+
 def test_parity_guards_of_a_transposed_convolution_are_read_from_its_tir():
     mod = integration.load_workload("T2D:2")
     stmts = {stmt.name: stmt for stmt, _ in walk(integration.kernel_from_module(mod).body)}

@@ -147,10 +147,11 @@ class Statement:
     accesses : tuple of Access
         Loads and stores, in program order.
     ops : tuple of (str, int)
-        Arithmetic operations per execution by class: "fma", "add", "mul", "div",
+        Arithmetic operations per execution by class: "fma", "add", "mul", "div" (on
+        floating point), "idiv" (integer division, floor division included: index arithmetic),
         "cmp", "special" (functions with an instruction: sqrt, rsqrt), "math" (functions
         CPU code calls the C math library for, per lane: exp, log, tanh counts 2, ...),
-        "cast".
+        "cast". Integer additions and multiplications are not counted.
     dtype_bytes : int
         Bytes per element of the value computed.
     guards : tuple of (Index, int)

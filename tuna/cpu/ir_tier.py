@@ -9,7 +9,9 @@ the tile are hoisted while the tile fits in the vector registers, and statements
 values do not change in a rolled loop count once for it (LICM,
 :func:`tuna.cpu.codegen.hoisted_loops`). Accumulators TVM vectorized at a width that is not a
 power of two, kept in registers over a rolled loop, are carried lane by lane (LLVM scalarizes
-such loop-carried vectors: :data:`SCALARIZED_LANE_INSTRUCTIONS`). Reductions are bounded by
+such loop-carried vectors: :data:`SCALARIZED_LANE_INSTRUCTIONS`). Integer divisions of index
+arithmetic are front-end instructions (:data:`INTEGER_DIVISION_INSTRUCTIONS`), not FP-pipe
+divisions. Reductions are bounded by
 the FMA latency over the updates independent of each accumulator (those inside the
 innermost reduction loop, and instances of the reduction loops directly around it that the
 reorder buffer overlaps). Each top-level loop nest's core cycles are those of its two
@@ -82,6 +84,14 @@ WORKSPACE_VALUES = 2
 #: graviton2, 3 per lane in the whole function. The lanes that do not fit in the vector
 #: registers are spilled and reloaded on every iteration as well.
 SCALARIZED_LANE_INSTRUCTIONS = 2
+#: Instructions per integer division of index arithmetic (a floor division by a constant): a
+#: multiply-high and a shift (``mulx``, ``shr`` in TVM 0.27's LLVM code for znver4 of a loop
+#: over ``a[i // 226 * 7 + i % 226]``). They run on the integer units and count at the front
+#: end only. Counted as floating-point divisions, as they were until 2026-11-28, a padding
+#: stage whose fused loop is split by divisions cost 2.5 cycles a division on Zen 4 and could
+#: outweigh the convolution it feeds (a MobileNetV2 depthwise pool's fastest candidate was
+#: predicted 2x slower than its ties).
+INTEGER_DIVISION_INSTRUCTIONS = 2
 #: LLVM unrolls a small rolled loop partly, in powers of two up to :data:`MAX_PARTIAL_UNROLL`
 #: copies while the copies hold at most this many vector instructions (loads and
 #: arithmetic). Fitted by hand to the same micro-kernels: one to eight accumulators of 16,
@@ -92,6 +102,11 @@ MAX_PARTIAL_UNROLL = 16
 PIPE_KINDS = ("fma", "add", "mul", "div", "special")
 #: Classes of the loop tree's operations that become one instruction each per execution.
 INSTRUCTION_KINDS = ("fma", "add", "mul", "div", "special", "cast", "cmp", "load", "store")
+
+
+def _instructions(counts: Counter) -> float:
+    """Instructions of a statement's (or nest's) arithmetic, loads and stores."""
+    return sum(counts[k] for k in INSTRUCTION_KINDS) + INTEGER_DIVISION_INSTRUCTIONS * counts["idiv"]
 
 
 @cache
@@ -242,7 +257,7 @@ def statement_counts(
         if lp.var not in unrolled and lp.kind != LoopKind.VECTORIZED:
             counts["loop_iterations"] += math.prod(x.extent for x in loops[: pos + 1])
     if counts["math"]:  # the code around the library calls (see linear's call_block_ops)
-        own = sum(counts[k] for k in INSTRUCTION_KINDS)
+        own = _instructions(counts)
         counts["call_block_ops"] = own + (LANE_CALL_INSTRUCTIONS * counts["math"] if vl > 1 else 0)
         counts["scalar_calls"] = counts["math"] if vl == 1 else 0
     if share < 1:
@@ -493,7 +508,7 @@ def _call_block_ops(
             if counts["math"]:  # (around the calls of one vector, the vectors are spilled instead)
                 total += counts["call_block_ops"] + reloads * counts["scalar_calls"]
             else:
-                total += sum(counts[k] for k in INSTRUCTION_KINDS)
+                total += _instructions(counts)
     return total
 
 
@@ -568,7 +583,7 @@ def _nest_terms(
     loads = (counts["pipe_load"] + counts["spill"]) / tp["load"]
     stores = (counts["pipe_store"] + counts["spill"]) / tp["store"]
     instructions = (
-        sum(counts[k] for k in ("fma", "add", "mul", "div", "special", "cast", "cmp", "load", "store"))
+        _instructions(counts)
         + counts["lane_moves"]
         + 2 * counts["spill"]
         + LOOP_OVERHEAD_INSTRUCTIONS * counts["loop_iterations"]

@@ -222,7 +222,8 @@ def _allocated(kernel: KernelIR, scope: str, outside: tuple[str, ...]) -> int:
 #: Statement operation kinds (:mod:`tuna.integration.lower`) and accesses -> throughput
 #: classes of ``tuna/data/gpu/<arch>.toml``.
 _CLASS = {
-    "fma": "fp32", "add": "fp32", "mul": "fp32", "div": "special", "special": "special", "math": "special",
+    "fma": "fp32", "add": "fp32", "mul": "fp32", "div": "special", "idiv": "special", "special": "special",
+    "math": "special",
     "cast": "cvt", "cmp": "int", "ld_shared": "ldst", "st_shared": "ldst", "ld_global": "ldst",
     "st_global": "ldst", "spill": "ldst", "address": "int", "loop": "int",
 }
@@ -289,7 +290,7 @@ def _latency_chain(stmt, loops, unrolled: set[int], lat, read_latency) -> float:
     reduction loop, and each iteration of a rolled loop, follow one another. Virtual threads
     are independent copies: they add none.
     """
-    op_latency = lat["special"] if any(k in ("special", "math", "div") for k, _ in stmt.ops) else lat["fma"]
+    op_latency = lat["special"] if any(k in ("special", "math", "div", "idiv") for k, _ in stmt.ops) else lat["fma"]
     serial_loops = [lp for lp in loops if lp.kind != LoopKind.THREAD]
     reads = [acc for acc in stmt.accesses if not acc.write]
     writes = [acc for acc in stmt.accesses if acc.write]

@@ -231,8 +231,10 @@ def _count_ops(value) -> list[tuple[str, int]]:
                 return
         for cls, kind in _ARITH.items():
             if isinstance(e, cls):
-                if "float" in _ty(e) or kind in ("div",):
+                if "float" in _ty(e):
                     add(kind)
+                elif kind == "div":  # index arithmetic: an integer division, not an FP one
+                    add("idiv")
                 visit(e.a), visit(e.b)
                 return
         if isinstance(e, tirx.Cast):
