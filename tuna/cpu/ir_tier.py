@@ -90,7 +90,9 @@ SCALARIZED_LANE_INSTRUCTIONS = 2
 #: end only. Counted as floating-point divisions, as they were until 2026-11-28, a padding
 #: stage whose fused loop is split by divisions cost 2.5 cycles a division on Zen 4 and could
 #: outweigh the convolution it feeds (a MobileNetV2 depthwise pool's fastest candidate was
-#: predicted 2x slower than its ties).
+#: predicted 2x slower than its ties). Over 71 development pools (``tuna bench rank --tiers
+#: ir``) top-10 0.755 -> 0.756, Kendall tau 0.605 -> 0.619; on 15 held-out pools
+#: (``docs/bench/heldout-pools-10`` to ``-12`` and ``-14``) 0.771 -> 0.793 and 0.655 -> 0.675.
 INTEGER_DIVISION_INSTRUCTIONS = 2
 #: LLVM unrolls a small rolled loop partly, in powers of two up to :data:`MAX_PARTIAL_UNROLL`
 #: copies while the copies hold at most this many vector instructions (loads and
