@@ -11,12 +11,11 @@ values do not change in a rolled loop count once for it (LICM,
 power of two, kept in registers over a rolled loop, are carried lane by lane (LLVM scalarizes
 such loop-carried vectors: :data:`SCALARIZED_LANE_INSTRUCTIONS`). Integer divisions of index
 arithmetic are front-end instructions (:data:`INTEGER_DIVISION_INSTRUCTIONS`), not FP-pipe
-divisions. Reductions are bounded by
-the FMA latency over the updates independent of each accumulator (those inside the
-innermost reduction loop, and instances of the reduction loops directly around it that the
-reorder buffer overlaps). Each top-level loop nest's core cycles are those of its two
-busiest resources added (FP pipes, load/store ports, front end, FMA chains:
-:func:`_core_cycles`), divided over the threads of TVM's pool its outermost parallel loop
+divisions. Reductions are bounded by the FMA latency over the updates independent of each
+accumulator (those inside the innermost reduction loop, and instances of the reduction loops
+directly around it that the reorder buffer overlaps). Each top-level loop nest's core cycles
+are those of its two busiest resources added (FP pipes, load/store ports, front end, FMA
+chains: :func:`_core_cycles`), divided over the threads of TVM's pool its outermost parallel loop
 can occupy (``machine.threads``); cache fills (integer-set data movement), DRAM traffic,
 calls of the C math library (one per lane of every exp, log, ...) and the
 instructions around them are separate terms of the linear model in :mod:`tuna.linear`; the
