@@ -133,3 +133,56 @@ def test_buffers_at_constant_subscripts_stay_in_registers_as_in_llvm(pad_in_redu
     assert in_registers == ({"P"} if pad_in_reduction else set())
     stores = ir_tier.features(kernel, zen4)["store"]
     assert stores == 128 if pad_in_reduction else stores > 128  # only the output: 16 x 4 rows, zeroed and summed
+
+
+def _strided(width: int, stride: int, copies: int) -> tvm.IRModule:
+    """``copies`` output rows of a 3-tap filter over a row read at ``stride`` (a stride-2
+    convolution's input, vectorized by TVM over ``width`` columns), the rows unrolled around
+    the columns and sharing the read, the taps a serial loop left to LLVM."""
+    return parse_tvmscript(f'''
+# from tvm.script import tirx as T
+@T.prim_func(s_tir=True)
+def main(A: T.Buffer((32, {stride * width + 2}), "float32"), B: T.Buffer((32, 3), "float32"),
+         C: T.Buffer((32, {width}), "float32")):
+    T.func_attr({{"tirx.noalias": True}})
+    for p in T.parallel(32 // {copies}):
+        for r in range(3):
+            for f in T.unroll({copies}):
+                for v in T.vectorized({width}):
+                    with T.sblock("u"):
+                        C[p * {copies} + f, v] = C[p * {copies} + f, v] + A[p, {stride} * v + r] * B[f, r]
+''', "strided")
+
+
+def _lane_loads(asm: list[str]) -> int:
+    """Scalar loads and inserts from memory (not the stack) in ``asm``: vectors built lane by lane."""
+    return sum(1 for line in asm if line.split()[:1] in (["vinsertps"], ["vmovss"]) and "(%r" in line
+               and "(%rsp)" not in line)
+
+
+@pytest.mark.parametrize("width", [28, 16])
+def test_strided_reads_keep_loops_rolled_and_wide_odd_ones_are_rebuilt_per_copy_as_in_llvm(width):
+    zen4 = machine.preset("zen4")
+    code, taps, feats = {}, {}, {}
+    for stride in (1, 2):
+        mod = _strided(width, stride, 4)
+        kernel = integration.kernel_from_module(mod)
+        (stmt, loops), = list(walk(kernel.body))
+        taps[stride], = [lp.kind for lp in codegen_loops(stmt, loops, zen4, frozenset(tvm_unrolled(kernel)))
+                         if lp.var == "r"]
+        code[stride] = tvm.compile(mod, target=tvm_target(zen4)).mod.inspect_source("s").splitlines()
+        feats[stride] = ir_tier.features(kernel, zen4)
+    # A 28-lane read at a stride is built lane by lane: LLVM keeps the taps' loop rolled, as
+    # modelled (4 rows x 2 zmm FMAs in the code, x 3 taps unrolled with a contiguous read).
+    rolled = width == 28
+    if rolled:
+        assert [sum(1 for line in code[stride] if "vfmadd" in line) for stride in (1, 2)] == [24, 8]
+    assert taps == {1: LoopKind.UNROLLED, 2: LoopKind.SERIAL if rolled else LoopKind.UNROLLED}
+    built = _lane_loads(code[2]) - _lane_loads(code[1])  # (the filter taps are scalar loads in both)
+    distinct = 32 // 4 * 3 * width  # lanes of the strided vectors the four rows share
+    assert feats[1]["lane_shuffles"] == 0
+    if rolled:  # not a power of two: each row builds its own, in the code (one tap) and the model
+        assert built >= 4 * width and feats[2]["lane_shuffles"] == 4 * distinct
+        assert feats[2]["shuffle_cycles"] > feats[1]["shuffle_cycles"]
+    else:  # one vector for the four rows (three taps unrolled)
+        assert built <= 3 * width and feats[2]["lane_shuffles"] == distinct

@@ -23,6 +23,12 @@ from ..machine import Machine
 #: operations) up to which LLVM unrolls it completely: its full-unroll cost threshold at -O3
 #: (``-unroll-threshold``, 300) over the few cost units a simple instruction takes, approx.
 FULL_UNROLL_SIZE = 300
+#: Cost units, for LLVM's full unrolling, of each lane of a TVM vector read at a stride
+#: (:func:`strided_in`): TVM builds such a vector element by element (the lane's index
+#: extracted, its address, a scalar load, an insert), where a contiguous vector is one load.
+#: Counted so, a MobileNetV2 stride-2 conv2d's 3-iteration loop around a 28-lane strided
+#: read stays rolled, as LLVM keeps it (TVM 0.27, znver4), instead of being unrolled.
+STRIDED_LANE_UNROLL_COST = 4
 #: Narrowest vector LLVM's loop vectorizer forms from a serial loop (lanes).
 MIN_AUTO_LANES = 4
 #: Memory accesses in the body of a rolled loop inside a parallel one (distinct addresses of
@@ -101,6 +107,14 @@ def contiguous_in(access: Access, var: str) -> bool:
         return False
     last = access.indices[-1]
     return last.coeff(var) == 1 and var not in last.opaque
+
+
+def strided_in(access: Access, var: str) -> bool:
+    """Whether ``access`` moves along a dimension at a constant stride other than one element
+    as ``var`` steps (TVM vectorizing ``var`` builds the vector lane by lane); accesses
+    through the division of a fused loop (:attr:`~tuna.ir.Index.opaque`) are not counted."""
+    return (access.depends_on(var) and not contiguous_in(access, var)
+            and not any(var in ix.opaque for ix in access.indices))
 
 
 def folded_share(stmt: Statement, loops: tuple[Loop, ...], tvm: frozenset[str] | None) -> float:
@@ -248,23 +262,32 @@ def _llvm_unrolling(
     those among them it unrolls completely (TVM's ``unrolled`` count as unrolled already).
 
     A loop TVM vectorized reaches LLVM as vector instructions (``lanes`` elements each), not
-    as a loop: the serial loops around it are the innermost LLVM sees.
+    as a loop: the serial loops around it are the innermost LLVM sees. A vector read at a
+    stride costs :data:`STRIDED_LANE_UNROLL_COST` a lane, in the body of the loops it varies
+    with only (LICM hoists it out of the others first).
     """
     region, full = [], set()
     size = len(stmt.accesses) + stmt.op_count()
+    strided: dict[Access, float] = {}  # the lane-by-lane cost of strided reads, over the loops inside
     for pos in range(len(loops) - 1, -1, -1):
         lp = loops[pos]
         if lp.kind == LoopKind.VECTORIZED:
-            size *= math.ceil(lp.extent / lanes)
+            vectors = math.ceil(lp.extent / lanes)
+            size *= vectors
+            if pos == len(loops) - 1:
+                strided = {a: STRIDED_LANE_UNROLL_COST * lp.extent - vectors for a in stmt.accesses
+                           if not a.write and strided_in(a, lp.var)}
             continue
         if lp.kind != LoopKind.SERIAL and lp.var not in unrolled:
             break
         region.append(pos)
+        body = size + sum(cost for a, cost in strided.items() if a.depends_on(lp.var))
         if lp.var not in unrolled:
-            if size * lp.extent > FULL_UNROLL_SIZE:
+            if body * lp.extent > FULL_UNROLL_SIZE:
                 break  # the innermost loop LLVM keeps rolled
             full.add(pos)
         size *= lp.extent
+        strided = {a: cost * lp.extent if a.depends_on(lp.var) else cost for a, cost in strided.items()}
     return region, full
 
 

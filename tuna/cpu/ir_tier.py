@@ -1,27 +1,29 @@
 """The CPU IR tier: a static estimate from the loop tree alone, in a few milliseconds.
 
-Per statement it counts SIMD arithmetic, loads and stores the way LLVM will emit them for
-TVM's loops: vectorized loops become vector instructions of the target's width, and LLVM's
-own full unrolling and auto-vectorization are applied to the loops TVM left serial
-(:func:`tuna.cpu.codegen.codegen_loops`); the innermost unrolled and vectorized loops form a register tile
-in which each distinct vector is loaded once; loads invariant in the loops just outside
-the tile are hoisted while the tile fits in the vector registers, and statements whose
+Per statement it counts SIMD arithmetic, loads and stores the way LLVM will emit them for TVM's
+loops: vectorized loops become vector instructions of the target's width, and LLVM's own full
+unrolling and auto-vectorization are applied to the loops TVM left serial
+(:func:`tuna.cpu.codegen.codegen_loops`); the innermost unrolled and vectorized loops form a
+register tile in which each distinct vector is loaded once; loads invariant in the loops just
+outside the tile are hoisted while the tile fits in the vector registers, and statements whose
 values do not change in a rolled loop count once for it (LICM,
 :func:`tuna.cpu.codegen.hoisted_loops`). Accumulators TVM vectorized at a width that is not a
 power of two, kept in registers over a rolled loop, are carried lane by lane (LLVM scalarizes
-such loop-carried vectors: :data:`SCALARIZED_LANE_INSTRUCTIONS`). Integer divisions of index
-arithmetic are front-end instructions (:data:`INTEGER_DIVISION_INSTRUCTIONS`), not FP-pipe
-divisions. Reductions are bounded by the FMA latency over the updates independent of each
-accumulator (those inside the innermost reduction loop, and instances of the reduction loops
-directly around it that the reorder buffer overlaps). Each top-level loop nest's core cycles
-are those of its two busiest resources added (FP pipes, load/store ports, front end, FMA
-chains: :func:`_core_cycles`), divided over the threads of TVM's pool its outermost parallel loop
-can occupy (``machine.threads``); cache fills (integer-set data movement), DRAM traffic,
-calls of the C math library (one per lane of every exp, log, ...) and the
-instructions around them are separate terms of the linear model in :mod:`tuna.linear`; the
+such loop-carried vectors: :data:`SCALARIZED_LANE_INSTRUCTIONS`). Vectors TVM reads at a stride
+are built lane by lane, and LLVM builds those of such widths anew for every copy of the
+statement in the register tile. Integer divisions of index arithmetic are front-end
+instructions (:data:`INTEGER_DIVISION_INSTRUCTIONS`), not FP-pipe divisions. Reductions are
+bounded by the FMA latency over the updates independent of each accumulator (those inside the
+innermost reduction loop, and instances of the reduction loops directly around it that the
+reorder buffer overlaps). Each top-level loop nest's core cycles are those of its two busiest
+resources added (FP pipes, load/store ports, front end, FMA chains, and the shuffle pipes that
+lanes moved one at a time occupy: :func:`_core_cycles`), divided over the threads of TVM's pool
+its outermost parallel loop can occupy (``machine.threads``); cache fills (integer-set data
+movement), DRAM traffic, calls of the C math library (one per lane of every exp, log, ...) and
+the instructions around them are separate terms of the linear model in :mod:`tuna.linear`; the
 latter counts what shares the calls' straight-line code, and the values that outlive the
-registers the calling convention preserves, reloaded after every call. Buffers allocated in
-the kernel and accessed only at constant subscripts once unrolled stay in registers
+registers the calling convention preserves, reloaded after every call. Buffers allocated in the
+kernel and accessed only at constant subscripts once unrolled stay in registers
 (:func:`tuna.cpu.codegen.register_buffers`).
 
 The full tier takes two groups of these terms from here, each computed alone:
@@ -53,6 +55,7 @@ from .codegen import (
     hoisted_loops,
     register_buffers,
     rolled_around,
+    strided_in,
     tvm_unrolled,
     unrolled_loops,
 )
@@ -200,10 +203,21 @@ def statement_counts(
     if not fits:
         counts["spill"] += (registers - machine.vector_registers) * math.prod(lp.extent for lp in outside)
 
+    # TVM builds a vector read at a stride lane by lane. One wider than the machine's, of a
+    # width that is not a power of two, LLVM builds anew for every copy of the statement in
+    # the tile and does not hoist: in its code of a MobileNetV2 stride-2 conv2d (TVM 0.27,
+    # znver4), 28- and 56-lane strided reads that 8 and 16 output channels share were loaded
+    # 7.7 and 13 times as often as the distinct vectors; in probes of 4 copies, 8-, 16- and
+    # 32-lane ones were built once, 24- and 28-lane ones 2.3 to 4 times (tests/test_codegen_llvm.py).
+    strided = {(a.buffer, a.indices, a.write) for a in stmt.accesses if vec is not None and strided_in(a, vec.var)}
+    rebuilt = by_tvm and vl > hw and vl & (vl - 1)
+    copies = math.prod(lp.extent for lp in tile if lp is not vec)
     for (buf, idx, write), n in distinct.items():
         if buf in in_registers:
             continue
         hoisting = fits
+        if (buf, idx, write) in strided and rebuilt and not write:
+            n, hoisting = vl * copies, False
         # (no hoisting out of the loop the buffer is allocated in, nor out of those around it)
         inner_to = below_home(loops, homes, buf)
         for pos in range(len(outside) - 1, -1, -1):
@@ -214,6 +228,8 @@ def statement_counts(
             n *= lp.extent
         counts["store" if write else "load"] += n
         counts["pipe_store" if write else "pipe_load"] += n * widths[(buf, idx, write)]
+        if (buf, idx, write) in strided:
+            counts["lane_shuffles"] += n  # each lane inserted into its vector, or extracted to be stored
 
     if vec is not None and by_tvm and vl > hw and vl & (vl - 1) and fits and outside:
         _scalarized_carry(counts, stmt, distinct, vec, vinstr, tile, outside, homes, machine)
@@ -541,9 +557,18 @@ def _fp_cycles(counts: Counter, machine: Machine) -> float:
     ) + counts["pipe_div"] / tp["div"] + counts["pipe_special"] / tp["special"]
 
 
+@cache
+def _shuffle_cost(preset: str) -> float:
+    """Cycles of the shuffle pipes per 128-bit insert or extract (0 without micro-architecture data)."""
+    try:
+        return uarch(preset).timing("vshuffle", 128).rthroughput
+    except TunaError:
+        return 0.0
+
+
 def _core_cycles(bounds: tuple[float, ...]) -> float:
     """Core cycles of a nest on an out-of-order core from its resources' bounds (FP pipes,
-    load and store ports, front end, reduction chains): the two busiest, added.
+    load and store ports, front end, reduction chains, shuffle pipes): the two busiest, added.
 
     The counts behind the bounds are the loop tree's, not the code's, and an out-of-order
     core seldom overlaps its two busiest resources fully: taken as the busiest alone, the
@@ -590,15 +615,22 @@ def _nest_terms(
         + LOOP_OVERHEAD_INSTRUCTIONS * counts["loop_iterations"]
     )
     frontend = instructions / machine.issue_width
+    # Lanes moved one at a time between vectors and scalars (inserts, extracts) occupy the
+    # shuffle pipes: a MobileNetV2 stride-2 conv2d candidate whose innermost loop holds 82
+    # inserts, extracts and shuffles (a 28-lane accumulator carried as scalars, a 28-lane
+    # strided read) ran about 41 cycles an iteration on Zen 4, which has two such pipes.
+    shuffles = (counts["lane_moves"] + counts["lane_shuffles"]) * _shuffle_cost(machine.name)
     width, active, imbalance = _threads(node, machine)
     fill_terms(node, machine, active, feats)
     if machine.in_order:
         core = fp + loads + stores + counts["chain"] / 2
     else:
-        core = _core_cycles((fp, loads, stores, frontend, counts["chain"]))
-    for key in ("fma", "add", "mul", "load", "store", "spill", "lane_moves", "lanes_fma", "loop_iterations", "chain"):
+        core = _core_cycles((fp, loads, stores, frontend, counts["chain"], shuffles))
+    for key in ("fma", "add", "mul", "load", "store", "spill", "lane_moves", "lane_shuffles", "lanes_fma",
+                "loop_iterations", "chain"):
         feats[key] += counts[key]
     feats["fp_cycles"] += fp
+    feats["shuffle_cycles"] += shuffles
     feats["tir_fp_cycles"] += fp / active * imbalance
     feats["tir_chain_cycles"] += counts["chain"] / active * imbalance
     feats["tir_alias_cycles"] += counts["alias"] / active * imbalance
