@@ -7,8 +7,9 @@ import tvm
 from tvm import s_tir, te
 
 from tuna import integration, machine
-from tuna.cpu import ir_tier
+from tuna.cpu import ir_tier, loop_mapping
 from tuna.cpu.codegen import codegen_loops, register_buffers, tvm_unrolled
+from tuna.integration import analysis
 from tuna.integration.workloads import parse_tvmscript, tvm_target
 from tuna.ir import LoopKind, walk
 
@@ -186,3 +187,53 @@ def test_strided_reads_keep_loops_rolled_and_wide_odd_ones_are_rebuilt_per_copy_
         assert feats[2]["shuffle_cycles"] > feats[1]["shuffle_cycles"]
     else:  # one vector for the four rows (three taps unrolled)
         assert built <= 3 * width and feats[2]["lane_shuffles"] == distinct
+
+
+def _whole_tile_epilogue(whole: bool) -> tvm.IRModule:
+    """A 1 x 1 convolution of a 7 x 7 image as MetaSchedule schedules it for MobileNetV2's last
+    layers: three channels' 7 x 7 accumulators (a buffer compaction places in the parallel
+    loop) updated as 7-lane vectors over a rolled reduction loop, then read by an epilogue as
+    one 49-lane vector a channel (``whole``) or a 7-lane vector a row."""
+    a, w = te.placeholder((64, 7, 7), name="A"), te.placeholder((240, 64), name="W")
+    rc = te.reduce_axis((0, 64), name="rc")
+    acc = te.compute((240, 7, 7), lambda f, y, x: te.sum(a[rc, y, x] * w[f, rc], axis=[rc]), name="C")
+    out = te.compute((240, 7, 7), lambda f, y, x: acc[f, y, x] + 1.0, name="O")
+    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([a, w, out]).with_attr("tirx.noalias", True)}))
+    block = sch.get_sblock("C")
+    f, y, x, r = sch.get_loops(block)
+    f0, f1 = sch.split(f, [80, 3])
+    sch.reorder(f0, r, y, f1, x)
+    sch.parallel(f0)
+    sch.unroll(y)
+    sch.unroll(f1)
+    sch.vectorize(x)
+    sch.decompose_reduction(block, r)
+    epilogue = sch.get_sblock("O")
+    sch.reverse_compute_at(epilogue, f0)
+    ef, ey, ex = sch.get_loops(epilogue)[1:]
+    sch.unroll(ef)
+    if whole:
+        sch.vectorize(sch.fuse(ey, ex))
+    else:
+        sch.unroll(ey)
+        sch.vectorize(ex)
+    return sch.mod
+
+
+@pytest.mark.parametrize("whole", [True, False])
+def test_accumulators_read_as_wider_odd_vectors_are_carried_lane_by_lane_as_in_llvm(whole):
+    zen4 = machine.preset("zen4")
+    mod = _whole_tile_epilogue(whole)
+    kernel = integration.kernel_from_module(mod)
+    assert [(a.name, a.loop) for a in kernel.allocations] == [("C", "f_0")]  # (compacted: 3 x 7 x 7 floats)
+    code = analysis.kernel_with_code(mod, zen4)
+    maps = loop_mapping.map_kernel(code, zen4)
+    moves = ("vinsert", "vextract", "vshuf", "vmovshdup")
+    shuffles = sum(fm.weights[b.start] * fm.instances * sum(ins.mnemonic.startswith(moves) for ins in b.instructions)
+                   for fm in maps for b in fm.code.blocks)
+    updates = 80 * 64 * 7 * 3 * 7  # elements the reduction updates
+    feats = ir_tier.features(kernel, zen4)
+    # LLVM carries the 147 accumulators' lanes one by one around the reduction loop (and
+    # spills most) once the epilogue reads them as 49-lane vectors: over a shuffle an element.
+    assert (shuffles / updates > 1) == whole
+    assert (feats["lane_moves"] > 0) == whole

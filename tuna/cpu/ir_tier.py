@@ -144,6 +144,7 @@ def _access_lanes(access: Access, vec: Loop | None, hw_lanes: int) -> int:
 def statement_counts(
     stmt: Statement, loops: tuple[Loop, ...], machine: Machine, tvm: frozenset[str] | None = None,
     homes: Mapping[str, str | None] | None = None, in_registers: frozenset[str] = frozenset(),
+    scalarized: frozenset[str] = frozenset(),
 ) -> Counter:
     """Dynamic instruction counts of one statement, by class (``tvm``: see :func:`unrolled_loops`).
 
@@ -151,7 +152,8 @@ def statement_counts(
     (:attr:`~tuna.ir.Allocation.loop`): an access to such a buffer is not hoisted out of
     that loop even where its subscript is invariant, since every iteration rewrites the buffer.
     Accesses to the buffers ``in_registers`` (:func:`~tuna.cpu.codegen.register_buffers`) are
-    neither loads nor stores: LLVM keeps those buffers in registers.
+    neither loads nor stores: LLVM keeps those buffers in registers. Accumulators in the buffers
+    ``scalarized`` (:func:`_wide_vector_buffers`) are carried lane by lane around a rolled loop.
     """
     share = folded_share(stmt, loops, tvm)
     if share < 1:
@@ -231,7 +233,12 @@ def statement_counts(
         if (buf, idx, write) in strided:
             counts["lane_shuffles"] += n  # each lane inserted into its vector, or extracted to be stored
 
-    if vec is not None and by_tvm and vl > hw and vl & (vl - 1) and fits and outside:
+    # LLVM also scalarizes accumulators of a small buffer that another statement accesses as
+    # such wide odd vectors (an epilogue reading a 7 x 7 tile as one 49-lane vector: a
+    # MobileNetV2 1 x 1 conv2d's 21 accumulators of 7 lanes ran 10x slower so; the test
+    # tests/test_codegen_llvm.py).
+    odd = (vl > hw and vl & (vl - 1)) or any(a.buffer in scalarized for a in stmt.accesses if a.write)
+    if vec is not None and by_tvm and odd and fits and outside:
         _scalarized_carry(counts, stmt, distinct, vec, vinstr, tile, outside, homes, machine)
 
     writes = [a for a in stmt.accesses if a.write]
@@ -531,7 +538,7 @@ def _call_block_ops(
 
 def _nest_counts(
     node: Loop | Statement, machine: Machine, tvm: frozenset[str], allocations: Mapping[str, Allocation],
-    in_registers: frozenset[str] = frozenset(),
+    in_registers: frozenset[str] = frozenset(), scalarized: frozenset[str] = frozenset(),
 ) -> tuple[list[tuple[Statement, tuple[Loop, ...], Counter]], Counter]:
     """Each statement of one top-level nest with its loops and counts, and their sum."""
     counts: Counter = Counter()
@@ -541,7 +548,7 @@ def _nest_counts(
     for (stmt, loops), hoisted in zip(walked, hoisted_loops(walked, machine, tvm, homes), strict=True):
         # A loop LICM hoists the statement out of runs it once (codegen.hoisted_loops).
         counted = tuple(dataclasses.replace(lp, extent=1) if lp.var in hoisted else lp for lp in loops)
-        stmts.append((stmt, loops, statement_counts(stmt, counted, machine, tvm, homes, in_registers)))
+        stmts.append((stmt, loops, statement_counts(stmt, counted, machine, tvm, homes, in_registers, scalarized)))
     for _, _, own in stmts:
         counts.update(own)
     return stmts, counts
@@ -599,9 +606,10 @@ def _threads(node: Loop | Statement, machine: Machine) -> tuple[int, int, float]
 def _nest_terms(
     node: Loop | Statement, machine: Machine, feats: Counter, tvm: frozenset[str],
     allocations: Mapping[str, Allocation], in_registers: frozenset[str] = frozenset(),
+    scalarized: frozenset[str] = frozenset(),
 ) -> None:
     """Add one top-level nest's terms of the linear model (and diagnostics) to ``feats``."""
-    stmts, counts = _nest_counts(node, machine, tvm, allocations, in_registers)
+    stmts, counts = _nest_counts(node, machine, tvm, allocations, in_registers, scalarized)
     if counts["math"]:
         counts["call_block_ops"] = _call_block_ops(node, stmts, machine, tvm, allocations)
     tp = machine.throughput
@@ -647,14 +655,31 @@ def _nest_terms(
     feats["threads_used"] = max(feats["threads_used"], active)
 
 
+def _wide_vector_buffers(kernel: KernelIR, machine: Machine) -> frozenset[str]:
+    """Buffers allocated in the kernel, small enough for the stack (:data:`MAX_STACK_ALLOCA`),
+    that a statement accesses as a TVM vector wider than the machine's, of a width that is not a
+    power of two: LLVM scalarizes the accumulators kept in them (:func:`_scalarized_carry`)."""
+    allocated = {a.name for a in kernel.allocations if a.elements * a.dtype_bytes < MAX_STACK_ALLOCA}
+    out = set()
+    for stmt, loops in walk(kernel.body):
+        vec = _vector_loop(loops)
+        if vec is None:
+            continue
+        vl, hw = vec.extent, machine.lanes(stmt.dtype_bytes)
+        if vl > hw and vl & (vl - 1):
+            out |= {a.buffer for a in stmt.accesses if a.buffer in allocated and a.depends_on(vec.var)}
+    return frozenset(out)
+
+
 def features(kernel: KernelIR, machine: Machine) -> Counter:
     """The IR tier's terms of the linear model (and diagnostics) for ``kernel``."""
     feats: Counter = Counter()
     tvm = frozenset(tvm_unrolled(kernel))
     allocations = {a.name: a for a in kernel.allocations}
     in_registers = register_buffers(kernel, machine, tvm)
+    scalarized = _wide_vector_buffers(kernel, machine)
     for node in kernel.body:
-        _nest_terms(node, machine, feats, tvm, allocations, in_registers)
+        _nest_terms(node, machine, feats, tvm, allocations, in_registers, scalarized)
     feats["const"] = 1.0
     return feats
 
