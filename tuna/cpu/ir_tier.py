@@ -235,7 +235,7 @@ def statement_counts(
 
     # LLVM also scalarizes accumulators of a small buffer that another statement accesses as
     # such wide odd vectors (an epilogue reading a 7 x 7 tile as one 49-lane vector: a
-    # MobileNetV2 1 x 1 conv2d's 21 accumulators of 7 lanes ran 10x slower so; the test
+    # MobileNetV2 1 x 1 conv2d's 21 accumulators of 7 lanes ran 10x slower so; a probe in
     # tests/test_codegen_llvm.py).
     odd = (vl > hw and vl & (vl - 1)) or any(a.buffer in scalarized for a in stmt.accesses if a.write)
     if vec is not None and by_tvm and odd and fits and outside:
@@ -401,12 +401,13 @@ def _scalarized_carry(
 ) -> None:
     """Count the lane moves (and spills) of accumulators carried as scalars around a rolled loop.
 
-    The statement's TVM vectors of ``vec.extent`` lanes (not a power of two, wider than the
-    machine's) that it reads and writes without depending on the innermost rolled loop
-    around its register ``tile`` (``outside[-1]``) stay in registers across that loop, and
-    LLVM carries them lane by lane (:data:`SCALARIZED_LANE_INSTRUCTIONS`) once per copy of
-    the loop's body it unrolls partly (:data:`PARTIAL_UNROLL_SIZE`). ``distinct`` holds the
-    vector instructions of each access per iteration of that loop.
+    The statement's TVM vectors of ``vec.extent`` lanes (not a power of two and wider than the
+    machine's, or kept in a buffer that another statement accesses so) that it reads and
+    writes without depending on the innermost rolled loop around its register ``tile``
+    (``outside[-1]``) stay in registers across that loop, and LLVM carries them lane by lane
+    (:data:`SCALARIZED_LANE_INSTRUCTIONS`) once per copy of the loop's body it unrolls partly
+    (:data:`PARTIAL_UNROLL_SIZE`). ``distinct`` holds the vector instructions of each access
+    per iteration of that loop.
     """
     carrier = outside[-1]
     if carrier.kind != LoopKind.SERIAL:
