@@ -127,6 +127,12 @@ def _vector_loop(loops: tuple[Loop, ...]) -> Loop | None:
     return vec[-1] if vec else None
 
 
+def _wide_odd(lanes: int, hw_lanes: int) -> bool:
+    """Whether a TVM vector of ``lanes`` is wider than the machine's and not a power of two:
+    LLVM scalarizes such vectors where they are carried or shared (see :func:`statement_counts`)."""
+    return lanes > hw_lanes and bool(lanes & (lanes - 1))
+
+
 def _vector_cost(access: Access, vec: Loop | None, hw_lanes: int) -> int:
     """Instructions one access needs per iteration of the vectorized loop."""
     if vec is None or not access.depends_on(vec.var):
@@ -212,7 +218,7 @@ def statement_counts(
     # 7.7 and 13 times as often as the distinct vectors; in probes of 4 copies, 8-, 16- and
     # 32-lane ones were built once, 24- and 28-lane ones 2.3 to 4 times (tests/test_codegen_llvm.py).
     strided = {(a.buffer, a.indices, a.write) for a in stmt.accesses if vec is not None and strided_in(a, vec.var)}
-    rebuilt = by_tvm and vl > hw and vl & (vl - 1)
+    rebuilt = by_tvm and _wide_odd(vl, hw)
     copies = math.prod(lp.extent for lp in tile if lp is not vec)
     for (buf, idx, write), n in distinct.items():
         if buf in in_registers:
@@ -237,7 +243,7 @@ def statement_counts(
     # such wide odd vectors (an epilogue reading a 7 x 7 tile as one 49-lane vector: a
     # MobileNetV2 1 x 1 conv2d's 21 accumulators of 7 lanes ran 10x slower so; a probe in
     # tests/test_codegen_llvm.py).
-    odd = (vl > hw and vl & (vl - 1)) or any(a.buffer in scalarized for a in stmt.accesses if a.write)
+    odd = rebuilt or any(a.buffer in scalarized for a in stmt.accesses if a.write)
     if vec is not None and by_tvm and odd and fits and outside:
         _scalarized_carry(counts, stmt, distinct, vec, vinstr, tile, outside, homes, machine)
 
@@ -667,7 +673,7 @@ def _wide_vector_buffers(kernel: KernelIR, machine: Machine) -> frozenset[str]:
         if vec is None:
             continue
         vl, hw = vec.extent, machine.lanes(stmt.dtype_bytes)
-        if vl > hw and vl & (vl - 1):
+        if _wide_odd(vl, hw):
             out |= {a.buffer for a in stmt.accesses if a.buffer in allocated and a.depends_on(vec.var)}
     return frozenset(out)
 
