@@ -1,13 +1,14 @@
 """The model of LLVM's code generation (tuna.cpu.codegen) against what TVM's LLVM emits."""
 
 import collections
+import re
 
 import pytest
 import tvm
 from tvm import s_tir, te
 
 from tuna import integration, machine
-from tuna.cpu import ir_tier, loop_mapping
+from tuna.cpu import ir_tier, loop_mapping, simulator
 from tuna.cpu.codegen import codegen_loops, register_buffers, tvm_unrolled
 from tuna.integration import analysis
 from tuna.integration.workloads import parse_tvmscript, tvm_target
@@ -237,3 +238,49 @@ def test_accumulators_read_as_wider_odd_vectors_are_carried_lane_by_lane_as_in_l
     # spills most) once the epilogue reads them as 49-lane vectors: over a shuffle an element.
     assert (shuffles / updates > 1) == whole
     assert (feats["lane_moves"] > 0) == whole
+
+
+def _masked_rows(updates: int, rows: int) -> tvm.IRModule:
+    """``rows`` accumulator rows of 14 floats, each updated ``updates`` times (a reduction
+    unrolled inside the tile), in a rolled loop over 16 columns of the tile inside a rolled
+    reduction loop: LLVM vectorizes the 14 columns itself, as masked 16-lane vectors."""
+    return parse_tvmscript(f'''
+# from tvm.script import tirx as T
+@T.prim_func(s_tir=True)
+def main(A: T.Buffer((4, {8 * updates}, 14), "float32"), W: T.Buffer((16, {8 * updates}, {rows}), "float32"),
+         C: T.Buffer((4, 16, {rows}, 14), "float32")):
+    T.func_attr({{"tirx.noalias": True}})
+    for p in T.parallel(4):
+        for k0 in range(8):
+            for f in range(16):
+                for x in range(14):
+                    for k1 in T.unroll({updates}):
+                        for r in T.unroll({rows}):
+                            with T.sblock("u"):
+                                C[p, f, r, x] = (C[p, f, r, x]
+                                                 + A[p, k0 * {updates} + k1, x] * W[f, k0 * {updates} + k1, r])
+''', "masked_rows")
+
+
+@pytest.mark.parametrize(("updates", "rows"), [(1, 8), (2, 4)])
+def test_masked_rows_updated_several_times_are_all_loaded_before_any_is_stored_as_in_llvm(updates, rows):
+    zen4 = machine.preset("zen4")
+    mod = _masked_rows(updates, rows)
+    asm = tvm.compile(mod, target=tvm_target(zen4)).mod.inspect_source("s").splitlines()
+    # The masked accesses to the accumulators, in program order (the 14-lane reads of A are
+    # masked loads too: only the stores and the loads between them tell the orders apart).
+    order = "".join("S" if line.split()[:1] == ["vmovups"] and "{%k" in line and line.split()[1].startswith("%zmm")
+                    else "L" if line.split()[:1] == ["vmovups"] and "{%k" in line else "" for line in asm)
+    assert order.count("S") % rows == 0  # (LLVM unrolls the columns' loop by two or not)
+    # One update a row: each row is loaded, updated and stored before the next one is loaded.
+    # Several: every row of the tile is loaded before the first of their stores.
+    assert re.fullmatch(r"(L+S)+" if updates == 1 else rf"(L+S{{{rows}}})+", order)
+    kernel = integration.kernel_from_module(mod)
+    (stmt, loops), = list(walk(kernel.body))
+    counts = ir_tier.statement_counts(stmt, loops, zen4, frozenset(tvm_unrolled(kernel)))
+    ua = simulator.uarch("zen4")
+    fma, iterations = zen4.latency["fma"], 4 * 8 * 16
+    # The rows lie 56 bytes apart, closer than a vector: a masked load waits for the last store.
+    per_iteration = rows * (ua.store_forward_fail_latency + fma) if updates == 1 else (
+        ua.store_forward_fail_latency + updates * fma)
+    assert counts["chain"] == pytest.approx(iterations * per_iteration)
