@@ -8,7 +8,7 @@ import tvm
 from tvm import s_tir, te
 
 from tuna import integration, machine
-from tuna.cpu import ir_tier, loop_mapping, simulator
+from tuna.cpu import cache, codegen, ir_tier, loop_mapping, simulator
 from tuna.cpu.codegen import codegen_loops, register_buffers, tvm_unrolled
 from tuna.integration import analysis
 from tuna.integration.workloads import parse_tvmscript, tvm_target
@@ -284,3 +284,58 @@ def test_masked_rows_updated_several_times_are_all_loaded_before_any_is_stored_a
     per_iteration = rows * (ua.store_forward_fail_latency + fma) if updates == 1 else (
         ua.store_forward_fail_latency + updates * fma)
     assert counts["chain"] == pytest.approx(iterations * per_iteration)
+
+
+def _broadcasts(taps: int, rows: int) -> tvm.IRModule:
+    """``rows`` output rows over a rolled loop of 512 columns (LLVM vectorizes it) inside a
+    rolled channel loop, around ``taps`` x ``rows`` unrolled updates that each read one
+    weight, invariant in the columns: the weights of a channel lie 2 KiB apart, in two of a
+    64-set L1's sets, as an NHWC conv2d's padded input does across a 3 x 3 window."""
+    return parse_tvmscript(f'''
+# from tvm.script import tirx as T
+@T.prim_func(s_tir=True)
+def main(A: T.Buffer((64, {taps}, 512), "float32"), B: T.Buffer((64, {rows}, {taps}, 512), "float32"),
+         C: T.Buffer(({rows}, 512), "float32")):
+    T.func_attr({{"tirx.noalias": True}})
+    for p in T.parallel(2):
+        for rc in range(64):
+            for co in range(512):
+                for k in T.unroll({taps}):
+                    for r in T.unroll({rows}):
+                        with T.sblock("u"):
+                            C[r, co] = C[r, co] + B[rc, r, k, p] * A[rc, k, co]
+''', "broadcasts")
+
+
+def _hottest_loop(asm: list[str]) -> list[str]:
+    """The lines of the assembly loop (a label and a backward jump to it) with the most FMAs."""
+    labels = {line.rstrip(":"): i for i, line in enumerate(asm) if re.match(r"^\.LBB\d+_\d+:", line)}
+    loops = [(labels[m.group(1)], i) for i, line in enumerate(asm)
+             if (m := re.match(r"\s+j\w+\s+(\.LBB\d+_\d+)", line)) and labels.get(m.group(1), i) < i]
+    start, end = max(loops, key=lambda se: (sum("vfmadd" in line for line in asm[se[0]:se[1]]), se[0] - se[1]))
+    return asm[start:end]
+
+
+def test_loads_invariant_in_a_rolled_loop_reach_the_cache_once_before_it_as_in_llvm():
+    zen4 = machine.preset("zen4")
+    mod = _broadcasts(9, 7)
+    body = _hottest_loop(tvm.compile(mod, target=tvm_target(zen4)).mod.inspect_source("s").splitlines())
+    # 63 weights and 7 accumulators do not fit 32 registers: LICM hoists the weights' loads
+    # out of the columns' loop all the same, and spills what does not fit to the stack.
+    assert sum("vfmadd" in line for line in body) == 63
+    assert not any(("1to16" in line or "vbroadcastss" in line) and "(%rsp)" not in line for line in body)
+    kernel = integration.kernel_from_module(mod)
+    tvm_loops = frozenset(tvm_unrolled(kernel))
+    (nest,) = kernel.body
+    view = codegen.cache_view(nest, zen4, tvm_loops)
+    inside = {(s.name, a.buffer) for s, loops in walk((view,)) if any(lp.var == "co" for lp in loops)
+              for a in s.accesses}
+    assert ("u", "B") not in inside and ("u", "A") in inside
+    l1 = zen4.caches[0]
+    args = (l1.size_bytes, l1.line_bytes, cache.known_sets(l1))
+    # Read where the loop tree has them, in every column, the 63 weights' 2 KiB-apart lines
+    # crowd two sets and would be fetched again for every column; hoisted, once a channel
+    # (by each of the two iterations of the parallel loop, which share the lines).
+    raw, seen = cache.data_movement(nest, *args)[1], cache.data_movement(view, *args)[1]
+    assert seen["B"] == 2 * cache.footprint_lines(nest, l1.line_bytes)["B"] * l1.line_bytes
+    assert raw["B"] == 512 * seen["B"]

@@ -4,8 +4,9 @@ TVM's ``UnrollLoop`` pass unrolls explicitly unrolled loops and small loops unde
 ``pragma_auto_unroll_max_step`` annotation (:func:`tvm_unrolled`, :func:`unrolled_loops`);
 LLVM then unrolls small innermost loops completely and vectorizes the innermost loop TVM
 left serial where its accesses allow (:func:`codegen_loops`). The loops left over are the
-machine code's loops (:func:`rolled_around`), and small buffers the unrolling leaves at
-constant subscripts become registers (:func:`register_buffers`). Both tiers use this: the
+machine code's loops (:func:`rolled_around`), small buffers the unrolling leaves at
+constant subscripts become registers (:func:`register_buffers`), and reads invariant in a
+rolled loop are loaded once before it (:func:`cache_view`, the loop tree the caches see). Both tiers use this: the
 IR tier to count instructions the way LLVM emits them, the loop mapping to know which TIR
 loops can match a machine loop. Pure functions of the loop tree and the machine description.
 """
@@ -379,3 +380,77 @@ def register_buffers(kernel: KernelIR, machine: Machine, tvm: frozenset[str]) ->
             if any(ix.opaque or any(v not in constant for v, _ in ix.coeffs) for ix in acc.indices):
                 promoted.discard(acc.buffer)
     return frozenset(promoted)
+
+
+def cache_view(
+    node: Node, machine: Machine, tvm: frozenset[str], homes: Mapping[str, str | None] | None = None,
+) -> Node:
+    """``node`` as its loads reach the data cache once LLVM's LICM has hoisted them.
+
+    A read whose subscript no loop that stays rolled inside a loop changes (only loops
+    unrolled there), of a buffer nothing under that loop writes, is loaded once before the
+    loop, into a register or a stack slot when registers run out, not in every iteration.
+    Each such read moves out of the outermost serial loop it is invariant in, into a
+    statement of its own placed just before that loop, inside copies of the unrolled loops it
+    varies with. The cache model (:mod:`tuna.cpu.cache`) sees this view: read where the loop
+    tree has them, the 3 x 3 window of an NHWC conv2d's padded input (27 values 2 KiB apart,
+    two of Zen 4's L1 sets) were fetched again for every output channel, and the fastest
+    candidates of C2D-3 (``docs/bench/heldout-pools-17``) were predicted 5 to 14 times slower
+    than the pool's best; LLVM's code loads them once a channel block
+    (``tests/test_codegen_llvm.py``).
+    """
+    if machine.in_order:
+        return node
+    statements = list(walk((node,)))
+    written_under: dict[str, set[str]] = {}
+    for stmt, loops in statements:
+        for lp in loops:
+            written_under.setdefault(lp.var, set()).update(a.buffer for a in stmt.accesses if a.write)
+    moves: dict[tuple, list[tuple[str, Access, tuple[Loop, ...]]]] = {}
+    for stmt, loops in statements:
+        rolled = {lp.var for lp in rolled_around(stmt, loops, machine, tvm, homes)}
+        for acc in stmt.accesses:
+            if acc.write or (homes and homes.get(acc.buffer) is not None):
+                continue
+            target = None
+            for depth in range(len(loops) - 1, -1, -1):
+                lp = loops[depth]
+                if lp.var not in rolled:
+                    if lp.kind in (LoopKind.PARALLEL, LoopKind.THREAD):
+                        break
+                    continue
+                if lp.kind != LoopKind.SERIAL or acc.depends_on(lp.var) or acc.buffer in written_under[lp.var]:
+                    break
+                target = depth
+            if target is not None:
+                inner = tuple(lp for lp in loops[target + 1:] if acc.depends_on(lp.var))
+                moves.setdefault((id(stmt), tuple(lp.var for lp in loops)), []).append((loops[target].var, acc, inner))
+    if not moves:
+        return node
+
+    def rebuild(n: Node, path: tuple[str, ...]) -> tuple[Node, dict[str, list[Node]]]:
+        if isinstance(n, Statement):
+            mine = moves.get((id(n), path), [])
+            keep = tuple(a for a in n.accesses if not any(a is m for _, m, _ in mine))
+            out: dict[str, list[Node]] = {}
+            for var, acc, inner in mine:
+                piece: Node = Statement(f"{n.name}.hoisted", (acc,), (), n.dtype_bytes)
+                for lp in reversed(inner):
+                    piece = dataclasses.replace(lp, body=(piece,))
+                out.setdefault(var, []).append(piece)
+            return dataclasses.replace(n, accesses=keep), out
+        body: list[Node] = []
+        pending: dict[str, list[Node]] = {}
+        for child in n.body:
+            new, pre = rebuild(child, (*path, n.var))
+            if isinstance(child, Loop) and child.var in pre:
+                body.extend(pre.pop(child.var))
+            body.append(new)
+            for var, nodes in pre.items():
+                pending.setdefault(var, []).extend(nodes)
+        return dataclasses.replace(n, body=tuple(body)), pending
+
+    new, pre = rebuild(node, ())
+    if pre.get(getattr(node, "var", None)):
+        return Loop("__licm__", 1, LoopKind.SERIAL, (*pre.pop(node.var), new))
+    return new

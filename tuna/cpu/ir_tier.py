@@ -49,6 +49,7 @@ from .cache import data_movement, known_sets
 from .codegen import (
     MIN_AUTO_LANES,
     below_home,
+    cache_view,
     codegen_loops,
     contiguous_in,
     folded_share,
@@ -646,7 +647,9 @@ def _nest_terms(
     # strided read) ran about 41 cycles an iteration on Zen 4, which has two such pipes.
     shuffles = (counts["lane_moves"] + counts["lane_shuffles"]) * _shuffle_cost(machine.name)
     width, active, imbalance = _threads(node, machine)
-    fill_terms(node, machine, active, feats)
+    # The caches see the loads LICM hoists out of rolled loops once, before the loop.
+    homes = {name: alloc.loop for name, alloc in allocations.items()}
+    fill_terms(cache_view(node, machine, tvm, homes), machine, active, feats)
     if machine.in_order:
         core = fp + loads + stores + counts["chain"] / 2
     else:
