@@ -6,9 +6,10 @@ LLVM then unrolls small innermost loops completely and vectorizes the innermost 
 left serial where its accesses allow (:func:`codegen_loops`). The loops left over are the
 machine code's loops (:func:`rolled_around`), small buffers the unrolling leaves at
 constant subscripts become registers (:func:`register_buffers`), and reads invariant in a
-rolled loop are loaded once before it (:func:`cache_view`, the loop tree the caches see). Both tiers use this: the
-IR tier to count instructions the way LLVM emits them, the loop mapping to know which TIR
-loops can match a machine loop. Pure functions of the loop tree and the machine description.
+rolled loop are loaded once before it (:func:`cache_view`, the loop tree the caches see).
+Both tiers use this: the IR tier to count instructions and cache fills the way LLVM's code
+makes them, the loop mapping to know which TIR loops can match a machine loop. Pure
+functions of the loop tree and the machine description.
 """
 
 from __future__ import annotations
@@ -394,10 +395,10 @@ def cache_view(
     statement of its own placed just before that loop, inside copies of the unrolled loops it
     varies with. The cache model (:mod:`tuna.cpu.cache`) sees this view: read where the loop
     tree has them, the 3 x 3 window of an NHWC conv2d's padded input (27 values 2 KiB apart,
-    two of Zen 4's L1 sets) were fetched again for every output channel, and the fastest
-    candidates of C2D-3 (``docs/bench/heldout-pools-17``) were predicted 5 to 14 times slower
-    than the pool's best; LLVM's code loads them once a channel block
-    (``tests/test_codegen_llvm.py``).
+    in two of Zen 4's L1 sets) was fetched again for every output channel: candidate 45 of
+    C2D-3 (``docs/bench/heldout-pools-17``), as fast as the pool's best, was predicted 5.5
+    times slower than it (2.2 times in this view); LLVM's code loads them once before the
+    channel loop (``tests/test_codegen_llvm.py``).
     """
     if machine.in_order:
         return node
