@@ -1,6 +1,7 @@
 """The model of LLVM's code generation (tuna.cpu.codegen) against what TVM's LLVM emits."""
 
 import collections
+import math
 import re
 
 import pytest
@@ -182,9 +183,12 @@ def test_strided_reads_keep_loops_rolled_and_wide_odd_ones_are_rebuilt_per_copy_
     assert taps == {1: LoopKind.UNROLLED, 2: LoopKind.SERIAL if rolled else LoopKind.UNROLLED}
     built = _lane_loads(code[2]) - _lane_loads(code[1])  # (the filter taps are scalar loads in both)
     distinct = 32 // 4 * 3 * width  # lanes of the strided vectors the four rows share
-    assert feats[1]["lane_shuffles"] == 0
+    # 28 lanes are moved in pieces where contiguous (16 + 8 + 4: one shuffle more than two
+    # vectors): the 32 rows of C read and written once each, and with stride 1 the 8 x 3 reads of A.
+    pieces = 32 * 2 if rolled else 0
+    assert feats[1]["lane_shuffles"] == pieces + (8 * 3 if rolled else 0)
     if rolled:  # not a power of two: each row builds its own, in the code (one tap) and the model
-        assert built >= 4 * width and feats[2]["lane_shuffles"] == 4 * distinct
+        assert built >= 4 * width and feats[2]["lane_shuffles"] == 4 * distinct + pieces
         assert feats[2]["shuffle_cycles"] > feats[1]["shuffle_cycles"]
     else:  # one vector for the four rows (three taps unrolled)
         assert built <= 3 * width and feats[2]["lane_shuffles"] == distinct
@@ -339,3 +343,50 @@ def test_loads_invariant_in_a_rolled_loop_reach_the_cache_once_before_it_as_in_l
     raw, seen = cache.data_movement(nest, *args)[1], cache.data_movement(view, *args)[1]
     assert seen["B"] == 2 * cache.footprint_lines(nest, l1.line_bytes)["B"] * l1.line_bytes
     assert raw["B"] == 512 * seen["B"]
+
+
+
+def _rows(width: int, offset: int) -> tvm.IRModule:
+    """C[r, :] = A[r, o:] * B[r, o:] + 1 over a rolled loop of 64 rows, each row one TVM
+    vector of ``width`` lanes, rows 72 elements apart (no two rows' pieces touch) and the
+    reads ``offset`` elements into them (0: aligned to 32 bytes, the reads widened)."""
+    return parse_tvmscript(f'''
+# from tvm.script import tirx as T
+@T.prim_func(s_tir=True)
+def main(A: T.Buffer((64, 72), "float32"), B: T.Buffer((64, 72), "float32"), C: T.Buffer((64, 72), "float32")):
+    T.func_attr({{"tirx.noalias": True}})
+    for p in T.parallel(2):
+        for r in range(32):
+            for j in T.vectorized({width}):
+                with T.sblock("u"):
+                    C[p * 32 + r, j] = A[p * 32 + r, j + {offset}] * B[p * 32 + r, j + {offset}] + T.float32(1)
+''', "rows")
+
+
+#: Loads and stores LLVM (TVM 0.27, znver4) moves each vector of ``_rows`` with, by width, for
+#: reads aligned to 4, 8, 16 and 32 bytes (offsets 1, 2, 4 and 0), as found in its code.
+_PIECES = {3: ((2, 2, 1, 1), 2), 5: ((2, 2, 2, 1), 2), 7: ((3, 3, 1, 1), 3), 12: ((2, 2, 2, 1), 2),
+           14: ((3, 3, 1, 1), 3), 16: ((1, 1, 1, 1), 1), 24: ((2, 2, 2, 2), 2), 28: ((3, 3, 3, 2), 3),
+           30: ((4, 4, 2, 2), 4)}
+
+
+@pytest.mark.parametrize("width", sorted(_PIECES))
+@pytest.mark.parametrize("offset", [1, 2, 4, 0])
+def test_vectors_of_widths_the_machine_lacks_are_moved_in_pieces_as_in_llvm(width, offset):
+    zen4 = machine.preset("zen4")
+    mod = _rows(width, offset)
+    body = _hottest_loop(tvm.compile(mod, target=tvm_target(zen4)).mod.inspect_source("s").splitlines())
+    instructions = [line.split(None, 1) for line in body if line.startswith("\t") and len(line.split(None, 1)) == 2]
+    memory = [args for op, args in instructions if "(%" in args and not op.startswith(("lea", "prefetch"))]
+    stores = sum(args.rstrip().endswith(")") for args in memory)  # AT&T: the destination is last
+    loads = len(memory) - stores  # with those folded into the FMA as its memory operand
+    vectors = math.ceil(width / 16)
+    rows = sum("vfmadd" in op for op, _ in instructions) / vectors  # (LLVM unrolls the rows or not)
+    reads, writes = _PIECES[width]
+    read = reads[[1, 2, 4, 0].index(offset)]
+    assert (loads / rows / 2, stores / rows) == (read, writes)
+    kernel = integration.kernel_from_module(mod)
+    (stmt, loops), = list(walk(kernel.body))
+    counts = ir_tier.statement_counts(stmt, loops, zen4, frozenset(tvm_unrolled(kernel)))
+    assert (counts["load"] / 64 / 2, counts["store"] / 64) == (read, writes)
+    assert counts["lane_shuffles"] / 64 == 2 * (read - vectors) + writes - vectors

@@ -141,6 +141,62 @@ def _vector_cost(access: Access, vec: Loop | None, hw_lanes: int) -> int:
     return math.ceil(vec.extent / hw_lanes) if contiguous_in(access, vec.var) else vec.extent
 
 
+#: Bytes TVM aligns every buffer to (``kAllocAlignment``), and so the most its address
+#: analysis can tell LLVM about an access's alignment.
+BUFFER_ALIGNMENT = 64
+
+
+def _alignment(access: Access, vec: Loop) -> int:
+    """Bytes the first lane of a vector access is known to be aligned to, as TVM tells LLVM:
+    the largest power of two dividing every step and offset of the address but the lanes'."""
+    step = 0  # the gcd of the address's steps and offset, in elements (0: one constant address)
+    for ix, stride in zip(access.indices, access.strides):
+        if ix.opaque:
+            return access.dtype_bytes
+        step = math.gcd(step, ix.const * stride, *(c * stride for v, c in ix.coeffs if v != vec.var))
+    if step == 0:
+        return BUFFER_ALIGNMENT
+    return min(BUFFER_ALIGNMENT, (step * access.dtype_bytes) & -(step * access.dtype_bytes))
+
+
+def _read_pieces(size: int, align: int, element: int, widest: int) -> int:
+    """Loads LLVM reads ``size`` bytes of a vector with (SelectionDAG's widening of a vector
+    load, ``findMemType``): the widest power of two that fits what is left, or a wider one up
+    to the vector's next power of two where the alignment keeps it within the page; a last
+    single element alone; pieces that add up to one power of two become one load."""
+    extra = (1 << (size - 1).bit_length()) - size
+    pieces: list[int] = []
+    left = size
+    while left > 0:
+        if left == element:
+            pieces.append(element)
+            break
+        pick = 1 << (min(left, widest).bit_length() - 1)
+        while pick * 2 <= min(widest, align, left + extra):
+            pick *= 2
+        pieces.append(pick)
+        left -= pick
+        align = min(align, pick)
+    total = sum(pieces)
+    return 1 if total & (total - 1) == 0 and total <= widest else len(pieces)
+
+
+def _pieces(access: Access, vec: Loop, hw_lanes: int) -> int:
+    """Memory instructions LLVM moves a TVM vector (the ``vec`` loop's lanes, contiguous) with.
+
+    Full-width ones, then the rest: a store in power-of-two pieces (7 lanes: 4 + 2 + 1; 30
+    lanes of 16: 16 + 8 + 4 + 2), since it may not write past the vector's end; a load as
+    :func:`_read_pieces` finds, reading past the end where the alignment allows.
+    """
+    full, rest = divmod(vec.extent, hw_lanes)
+    if not rest:
+        return full
+    if access.write:
+        return full + rest.bit_count()
+    size = access.dtype_bytes
+    return full + _read_pieces(rest * size, _alignment(access, vec), size, hw_lanes * size)
+
+
 def _access_lanes(access: Access, vec: Loop | None, hw_lanes: int) -> int:
     """Elements each of those instructions moves (one for scalar and broadcast accesses)."""
     if vec is None or not access.depends_on(vec.var) or not contiguous_in(access, vec.var):
@@ -194,8 +250,11 @@ def statement_counts(
 
     distinct: dict[tuple, int] = {}
     widths: dict[tuple, float] = {}
+    pieces: dict[tuple, int] = {}
     for acc in stmt.accesses:
         n = _vector_cost(acc, vec, hw)
+        if by_tvm and vec is not None and acc.depends_on(vec.var) and contiguous_in(acc, vec.var):
+            pieces[(acc.buffer, acc.indices, acc.write)] = _pieces(acc, vec, hw)
         for lp in tile:
             if lp is not vec and acc.depends_on(lp.var):
                 n *= lp.extent
@@ -235,6 +294,13 @@ def statement_counts(
                 continue
             hoisting = False
             n *= lp.extent
+        # A vector of TVM's whose width is not a multiple of the machine's is moved in pieces
+        # (registers hold it whole: the pieces change the memory instructions only, not
+        # ``registers``), joined by inserts or split by extracts (tests/test_codegen_llvm.py).
+        split = pieces.get((buf, idx, write), vinstr)
+        if split > vinstr:
+            counts["lane_shuffles"] += n * (split - vinstr) / vinstr
+            n = n * split / vinstr
         counts["store" if write else "load"] += n
         counts["pipe_store" if write else "pipe_load"] += n * widths[(buf, idx, write)]
         if (buf, idx, write) in strided:
