@@ -19,6 +19,17 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session")
+def host():
+    """The preset of this machine's CPU, which measurements here time; skips where tuna has none."""
+    from tuna import bench
+
+    name = bench.preset_of(bench.machine_info())
+    if name is None:
+        pytest.skip("tuna has no preset for this CPU: nothing to measure with")
+    return name
+
+
+@pytest.fixture(scope="session")
 def gmm_pool():
     """The measured GMM-1 pool shipped with tuna."""
     return json.loads(resources.files("tuna.data").joinpath("pools/GMM-1.json").read_text())

@@ -104,6 +104,12 @@ def test_pools_carry_their_family_and_machine():
      "AMD EPYC 9654 (family 25, model 1)"),
     ({"model_name": "AMD EPYC", "cpu_family": "26", "cpu_model": "2"}, "zen5", "zen5"),
     ({"model_name": "Intel Xeon", "cpu_family": "6"}, None, "Intel Xeon (family 6, model ?)"),
+    ({"model_name": "Intel(R) Xeon(R) Processor", "cpu_family": "6", "cpu_model": "207"},  # Emerald Rapids
+     "emeraldrapids", "emeraldrapids"),
+    ({"model_name": "Intel(R) Xeon(R) Processor", "cpu_family": "6", "cpu_model": "207", "tvm_threads": 2},
+     "emeraldrapids", "emeraldrapids (2 TVM threads)"),
+    ({"model_name": "Intel(R) Xeon(R) Platinum 8488C", "cpu_family": "6", "cpu_model": "143"}, None,  # Sapphire
+     "Intel(R) Xeon(R) Platinum 8488C (family 6, model 143)"),  # Rapids: its preset is a 48-core instance
     ({"preset": "zen4"}, "zen4", "zen4"),
     ({"device": "NVIDIA A100"}, None, "NVIDIA A100"),
     ({}, None, "unrecorded"),

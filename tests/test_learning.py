@@ -20,13 +20,6 @@ from tuna.integration.work_dir import WorkDirError
 from tuna.machine import preset
 
 
-def _host():
-    name = bench.preset_of(bench.machine_info())
-    if name is None:
-        pytest.skip("tuna has no preset for this CPU: nothing to measure with")
-    return preset(name)
-
-
 @pytest.fixture(scope="module")
 def gmm():
     """GMM-1's workload and its measured pool (Zen 4 run times)."""
@@ -79,8 +72,8 @@ def test_the_extractor_gives_one_row_a_candidate_or_appends_to_another_extractor
         FeatureExtractor(zen4, tier="objcode")
 
 
-def test_xgbmodel_learns_on_tunas_features_inside_a_tuning_run_that_measures_here(tmp_path):
-    host = _host()
+def test_xgbmodel_learns_on_tunas_features_inside_a_tuning_run_that_measures_here(tmp_path, host):
+    host = preset(host)  # the fixture names the preset; these tests use its Machine
     mod = tuna.load_workload("GMM:1")
     extractor = FeatureExtractor(host)
     model = ms.cost_model.XGBModel(extractor=extractor, num_warmup_samples=0, adaptive_training=False)
@@ -141,8 +134,8 @@ def test_the_cost_model_learns_from_measured_run_times_only_when_asked(gmm, tmp_
             TunaCostModel("zen4").load(str(tmp_path / "bad.json"))
 
 
-def test_hybrid_tuning_measures_what_the_model_picks_and_learns_from_it(tmp_path):
-    host = _host()
+def test_hybrid_tuning_measures_what_the_model_picks_and_learns_from_it(tmp_path, host):
+    host = preset(host)  # the fixture names the preset; these tests use its Machine
     result = tuna.tune("GMM:1", host, tmp_path / "run", measure=16, seed=0)
     assert result.trials == 16 and 0 < result.measured_seconds < 1
     ((rows, _),) = result.cost_model.measured.values()
@@ -162,11 +155,11 @@ def test_hybrid_tuning_measures_what_the_model_picks_and_learns_from_it(tmp_path
         tuna.tune("GMM:1", host, tmp_path / "run", max_trials=8)
 
 
-def test_hybrid_tuning_measures_the_full_tiers_best_of_the_models_shortlist(tmp_path):
+def test_hybrid_tuning_measures_the_full_tiers_best_of_the_models_shortlist(tmp_path, host):
     from tuna.integration.search_strategy.es_runs import HYBRID_SHORTLIST
     from tuna.integration.work_dir import STATE_FILE
 
-    host = _host()
+    host = preset(host)  # the fixture names the preset; these tests use its Machine
     result = tuna.tune("SFM:1", host, tmp_path / "full", measure=8, seed=0)
     state = json.loads((tmp_path / "full" / STATE_FILE).read_text())
     full = {tuple(c): v for c, v in state["full"]}
@@ -261,21 +254,21 @@ def test_a_lucky_first_run_time_does_not_choose_the_schedule(tmp_path):
     assert not any((tmp_path / f"b{n}").exists() for n in range(2))  # and their builds removed
 
 
-def test_hybrid_tuning_refuses_what_it_cannot_measure(tmp_path, capsys):
+def test_hybrid_tuning_refuses_what_it_cannot_measure(tmp_path, capsys, host):
     with pytest.raises(tuna.TunaError, match="cross target"):
         tuna.tune("GMM:1", "graviton2", tmp_path / "a", measure=8)
     with pytest.raises(tuna.TunaError, match="at least 1"):
-        tuna.tune("GMM:1", "zen4", tmp_path / "b", measure=0)
+        tuna.tune("GMM:1", host, tmp_path / "b", measure=0)
     with pytest.raises(tuna.TunaError, match="give measure=N"):
-        tuna.tune("GMM:1", "zen4", tmp_path / "c", runner=ms.runner.LocalRunner())
+        tuna.tune("GMM:1", host, tmp_path / "c", runner=ms.runner.LocalRunner())
     with pytest.raises(tuna.TunaError, match="give measure=N"):
-        tuna.tune("GMM:1", "zen4", tmp_path / "c", confirm=2)
+        tuna.tune("GMM:1", host, tmp_path / "c", confirm=2)
     with pytest.raises(tuna.TunaError, match="confirm=1"):
-        tuna.tune("GMM:1", "zen4", tmp_path / "c", measure=16, confirm=1)
+        tuna.tune("GMM:1", host, tmp_path / "c", measure=16, confirm=1)
     with pytest.raises(tuna.TunaError, match="give measure=N"):
-        tuna.tune("GMM:1", "zen4", tmp_path / "c", pick_tier="full")
+        tuna.tune("GMM:1", host, tmp_path / "c", pick_tier="full")
     with pytest.raises(tuna.TunaError, match="choose full or ir"):
-        tuna.tune("GMM:1", "zen4", tmp_path / "c", measure=8, pick_tier="model")
+        tuna.tune("GMM:1", host, tmp_path / "c", measure=8, pick_tier="model")
     for argv, message in ((["GMM:1", "--measure", "0"], "at least 1"), (["bert", "--measure", "8"], "offline only"),
                           (["GMM:1", "--target", "graviton2", "--measure", "8"], "cross target"),
                           (["GMM:1", "--confirm", "2"], "give --measure N"),
@@ -286,8 +279,7 @@ def test_hybrid_tuning_refuses_what_it_cannot_measure(tmp_path, capsys):
     assert not any(tmp_path.iterdir())  # nothing tuned
 
 
-def test_the_command_tunes_with_measurements(tmp_path, capsys):
-    _host()
+def test_the_command_tunes_with_measurements(tmp_path, capsys, host):
     argv = ["tune", "GMM:1", "--measure", "12", "--confirm", "2", "--work-dir", str(tmp_path), "--target",
             bench.preset_of(bench.machine_info())]
     assert cli.main(argv) == 0
@@ -410,8 +402,8 @@ def rpc_device():
 
 
 @pytest.mark.slow  # starts a tracker and a server: about 40 s
-def test_hybrid_tuning_measures_on_a_remote_device_over_rpc(tmp_path, rpc_device):
-    host = _host()
+def test_hybrid_tuning_measures_on_a_remote_device_over_rpc(tmp_path, rpc_device, host):
+    host = preset(host)  # the fixture names the preset; these tests use its Machine
     runner = ms.runner.RPCRunner(rpc_config=rpc_device, max_workers=1)
     result = tuna.tune("GMM:1", host, tmp_path / "run", measure=8, runner=runner, seed=0)
     records = result.database.get_all_tuning_records()

@@ -662,7 +662,6 @@ def _bench_tune(args: argparse.Namespace) -> int:
         integration.load_workload(w)
     if args.pools is not None and not Path(args.pools).is_dir():
         raise TunaError(f"--pools {args.pools}: no such folder")
-    mach = measure.check_runnable(_here(args.target), args.machine)
     searches = tuple(s.strip() for s in args.search.split(",") if s.strip())
     unknown = set(searches) - {"evolutionary", "es"}
     if unknown or not searches:
@@ -672,6 +671,7 @@ def _bench_tune(args: argparse.Namespace) -> int:
     except ValueError:
         raise TunaError(f"--more-seeds takes comma-separated integers, not {args.more_seeds!r}") from None
     more_seeds = tuple(s for s in more_seeds if s != args.seed)
+    mach = measure.check_runnable(_here(args.target), args.machine)  # after the checks that need no TVM
     shortlists = Path(args.shortlists) if args.shortlists else None
     if shortlists is not None:
         try:

@@ -345,7 +345,10 @@ def presets() -> Mapping[str, Machine]:
     raw = {}
     for entry in sorted(resources.files("tuna.data").joinpath("targets").iterdir(), key=str):
         if entry.name.endswith(".toml"):
-            raw[entry.name[: -len(".toml")]] = tomllib.loads(entry.read_text())
+            try:
+                raw[entry.name[: -len(".toml")]] = tomllib.loads(entry.read_text())
+            except tomllib.TOMLDecodeError as err:
+                raise TargetError(f"target data file {entry.name} is not valid TOML: {err}") from None
     found = {}
     for stem in raw:
         machine = _parse(f"{stem}.toml", _resolved_data(stem, raw))

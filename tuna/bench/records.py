@@ -70,27 +70,32 @@ def _microcode() -> str:
     return ""
 
 
-# lscpu's "CPU family" of AMD's generations that tuna has presets for, with the models of
-# each family that are that generation (AMD's family 19h holds Zen 3 and Zen 4; 1Ah Zen 5).
+# lscpu's "CPU family" of the generations that tuna has presets for, with the models of each
+# family that are that generation (AMD's family 19h holds Zen 3 and Zen 4; 1Ah Zen 5). Only
+# presets that describe this project's build machines (small KVM guests: cores, threads and
+# memory as such a guest sees them) are named here; a 48-core Sapphire Rapids instance is not
+# the 2-vCPU Emerald Rapids guest, so its preset is not detected.
 # Sources: AMD's processor programming references name the families; the model ranges
 # (Zen 4: 10h-1Fh Genoa, 60h-7Fh Raphael/Phoenix, A0h-AFh Bergamo/Siena) follow Linux's
-# arch/x86 CPU matching tables.
-_AMD_PRESETS: tuple[tuple[int, tuple[range, ...], str], ...] = (
-    (25, (range(0x10, 0x20), range(0x60, 0x80), range(0xA0, 0xB0)), "zen4"),
-    (26, (range(0x00, 0x100),), "zen5"),
+# arch/x86 CPU matching tables; Intel's family 6 model CFh is INTEL_EMERALDRAPIDS_X in Linux's
+# arch/x86/include/asm/intel-family.h.
+_PRESETS: tuple[tuple[str, int, tuple[range, ...], str], ...] = (
+    ("AMD", 25, (range(0x10, 0x20), range(0x60, 0x80), range(0xA0, 0xB0)), "zen4"),
+    ("AMD", 26, (range(0x00, 0x100),), "zen5"),
+    ("Intel", 6, (range(0xCF, 0xD0),), "emeraldrapids"),
 )
 
 
 def preset_of(info: Mapping[str, Any]) -> str | None:
-    """The CPU preset (``"zen4"``, ``"zen5"``) that a machine record stands for, None if none.
+    """The CPU preset (``"zen4"``, ``"zen5"``, ``"emeraldrapids"``) that a machine record stands
+    for, None if none.
 
     ``info`` is :func:`machine_info`'s record (or a pool's ``machine``); an explicit
     ``preset`` in it wins (pools measured before records named the CPU model say it so).
     """
     if info.get("preset"):
         return str(info["preset"])
-    if "AMD" not in str(info.get("model_name", "")):
-        return None
+    name = str(info.get("model_name", ""))
     try:
         family = int(str(info.get("cpu_family", "")))
     except ValueError:
@@ -99,9 +104,12 @@ def preset_of(info: Mapping[str, Any]) -> str | None:
         model = int(str(info.get("cpu_model", "")))
     except ValueError:
         model = None
-    for fam, models, name in _AMD_PRESETS:
-        if family == fam and (model is None or any(model in r for r in models)):
-            return name
+    for vendor, fam, models, preset in _PRESETS:
+        # AMD's families are its generations (a model-less record still names one); Intel's
+        # family 6 spans two decades, so its model must be known.
+        known_model = model is not None or vendor == "AMD"
+        if vendor in name and family == fam and known_model and (model is None or any(model in r for r in models)):
+            return preset
     return None
 
 
