@@ -60,6 +60,16 @@ def test_fit_holds_measured_coefficients_and_fits_the_rest():
     assert shipped == pytest.approx(linear.launch_cycles(zen4), rel=1e-5)
 
 
+@pytest.mark.parametrize("name", ["zen4", "emeraldrapids"])
+def test_each_cpu_coefficient_file_names_its_pools_and_holds_its_machines_launch_cost(name):
+    mach = machine.preset(name)
+    for tier in ("ir", "full"):
+        coeffs = linear.coefficients(mach, tier)
+        assert coeffs.fitted_on, f"{name}.toml [{tier}] names no pools"
+        # the launch term is the preset's measured parallel region, never another machine's
+        assert coeffs.values["launches"] == pytest.approx(linear.launch_cycles(mach), rel=1e-3)
+
+
 def test_coefficient_files_round_trip_and_reject_unknown_terms():
     zen4 = machine.preset("zen4")
     text = linear.to_toml({"ir": {"compute_cycles": 2.0, "calls": 9.0}}, zen4, ["GMM-1"], "test.")
