@@ -2,6 +2,7 @@
 answers to bad input. The JSON results below are SYNTHETIC (made up for the test, not measured)."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -184,6 +185,18 @@ def test_rank_writes_predictions_and_a_figure_beside_the_json(tmp_path, capsys):
     assert any(p is not None and p > 0 for p in pred["predicted"])
     assert data["meta"]["target"] == "zen4" and data["meta"]["machine"]["cores"] >= 1
     assert (tmp_path / "rank.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_rank_models_pools_as_the_machine_they_were_measured_on_unless_told(tmp_path, capsys):
+    root = Path(__file__).resolve().parent.parent
+    pool = root / "docs" / "bench" / "emr-pools" / "NRM-0.json.gz"  # measured on an Emerald Rapids guest
+    out = tmp_path / "rank.json"
+    assert cli.main(["bench", "rank", str(pool), "--tiers", "ir", "--no-xgb", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["meta"]["target"] == "emeraldrapids"
+    assert "measured on emeraldrapids, modelled as emeraldrapids" in capsys.readouterr().err
+    argv = ["bench", "rank", str(pool), "--tiers", "ir", "--no-xgb", "--target", "zen4", "--json", str(out)]
+    assert cli.main(argv) == 0
+    assert json.loads(out.read_text())["meta"]["target"] == "zen4"
 
 
 def test_rank_of_several_pools_fits_each_tier_without_the_pool_ranked(tmp_path, capsys):

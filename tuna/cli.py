@@ -417,7 +417,7 @@ def _bench_rank(args: argparse.Namespace) -> int:
         fit_on = [p for p in _load_pools(paths, args.sample, args.seed) if p.family not in skip]
         bench.check_distinct(pools, fit_on)  # before hours of analysis, not after
     measured_on = bench.check_one_machine([*pools, *fit_on], args.mix_machines)
-    mach = machines.resolve(args.target, args.machine)
+    mach = machines.resolve(_pools_target(args.target, measured_on), args.machine)
     tiers = _tiers(args.tiers)
     png = args.png or (str(Path(args.json).with_suffix(".png")) if args.json else "bench-rank.png")
     for path in (args.json, png):  # before minutes of analysis, not after
@@ -441,6 +441,14 @@ def _bench_rank(args: argparse.Namespace) -> int:
         _write(args.json, json.dumps(data, indent=2))
     _save_figure(_plots().rank_figure(data, bench.rank_figure_title(data, mach)), png)
     return 0
+
+
+def _pools_target(target: str | None, measured_on: str) -> str:
+    """The preset that ranks or calibrates pools: ``target`` if given, else the preset the pools
+    were measured on where tuna has one, else zen4 (the shipped pools' machine)."""
+    if target is not None:
+        return target
+    return measured_on if measured_on in machines.presets() else "zen4"
 
 
 def _plots():
@@ -861,7 +869,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     _quiet_tvm()
     pools = _load_pools(args.pools, args.sample)
     measured_on = bench.check_one_machine(pools, args.mix_machines)
-    mach = machines.resolve(args.target, args.machine)
+    mach = machines.resolve(_pools_target(args.target, measured_on), args.machine)
     if measured_on in machines.presets() and measured_on != mach.name and not args.mix_machines:
         raise TunaError(f"the pools were measured on {measured_on}; they cannot calibrate {mach.name} "
                         "(--mix-machines to do it anyway)")
@@ -983,7 +991,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench_sub = p.add_subparsers(dest="bench_command", required=True)
     p = bench_sub.add_parser("rank", help="rank measured pools with tuna and the baselines")
     p.add_argument("pools", nargs="*", help="pool JSON files or folders of them (default: the pools tuna ships)")
-    p.add_argument("--target", "-t", default="zen4", help="preset to model (default zen4, the pools' machine)")
+    p.add_argument("--target", "-t", help="preset to model (default: the one the pools were measured on, where tuna "
+                                          "has it, else zen4)")
     p.add_argument("--mix-machines", action="store_true",
                    help="allow pools measured on different machines in one run (refused by default)")
     p.add_argument("--machine", help="preset to model when the target has no data file")
@@ -1125,7 +1134,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("calibrate", help="fit the linear model's coefficients to measured pools")
     p.add_argument("pools", nargs="*", help="pool JSON files or folders of them (default: the pools tuna ships)")
-    p.add_argument("--target", "-t", default="zen4", help="preset the pools were measured on (default zen4)")
+    p.add_argument("--target", "-t", help="preset the pools were measured on (default: the one their records name, "
+                                          "where tuna has it, else zen4)")
     p.add_argument("--mix-machines", action="store_true",
                    help="allow pools measured on different machines in one run (refused by default)")
     p.add_argument("--features-cache", metavar="DIR", help="as for bench rank: reuse the features kept here")
