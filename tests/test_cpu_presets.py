@@ -3,6 +3,7 @@ presets described by inheritance (based_on), and what an unknown CPU is told."""
 
 import logging
 import math
+import tomllib
 from dataclasses import replace
 from importlib import resources
 
@@ -249,6 +250,23 @@ def test_uarch_based_on_a_missing_file_is_a_target_error(monkeypatch):
     monkeypatch.setattr(uarch_data.tomllib, "loads", lambda text: {**real(text), "based_on": "pentium-pro"})
     with pytest.raises(TargetError, match="based_on 'pentium-pro'"):
         uarch_data._uarch_data("cascadelake")
+
+
+def test_invalid_toml_in_a_data_file_is_a_target_error_naming_the_file(monkeypatch):
+    def broken(text):
+        raise tomllib.TOMLDecodeError("Invalid value (at line 25, column 22)")
+
+    monkeypatch.setattr(uarch_data.tomllib, "loads", broken)
+    with pytest.raises(TargetError, match=r"micro-architecture data file cascadelake\.toml is not valid TOML"):
+        uarch_data._uarch_data("cascadelake")
+    monkeypatch.setattr(machine.tomllib, "loads", broken)
+    machine.presets.cache_clear()
+    try:
+        with pytest.raises(TargetError, match=r"target data file \S+\.toml is not valid TOML"):
+            machine.presets()
+    finally:
+        monkeypatch.undo()
+        machine.presets.cache_clear()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -105,10 +105,14 @@ def preset_of(info: Mapping[str, Any]) -> str | None:
     except ValueError:
         model = None
     for vendor, fam, models, preset in _PRESETS:
-        # AMD's families are its generations (a model-less record still names one); Intel's
-        # family 6 spans two decades, so its model must be known.
-        known_model = model is not None or vendor == "AMD"
-        if vendor in name and family == fam and known_model and (model is None or any(model in r for r in models)):
+        if vendor not in name or family != fam:
+            continue
+        if model is None:
+            # AMD's families are its generations, so a model-less record still names one;
+            # Intel's family 6 spans two decades.
+            if vendor == "AMD":
+                return preset
+        elif any(model in r for r in models):
             return preset
     return None
 

@@ -251,7 +251,10 @@ def _uarch_data(name: str, seen: tuple[str, ...] = ()) -> dict:
         raise TargetError(
             f"no micro-architecture data: {what} no file tuna/data/uarch/{name}.toml; known: {', '.join(known)}"
         )
-    data = tomllib.loads(path.read_text())
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise TargetError(f"micro-architecture data file {name}.toml is not valid TOML: {err}") from None
     parent = data.get("based_on")
     if parent is None:
         return data
