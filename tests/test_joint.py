@@ -105,6 +105,17 @@ def test_a_counter_stepped_by_a_register_holding_a_constant():
     assert _outlined_loops("dep-0-c20-graviton2") == [[3, 4, 114, 14, 2, 4, 30, None]]
 
 
+def test_a_counter_copied_out_stepped_and_copied_back_starts_where_its_home_register_does():
+    # The softmax's exp rows (128) count in r13, which the latch copies to rax, steps, and
+    # copies back before comparing rax with the bound; inside, LLVM's vectorized exp loop
+    # (128 / 16 = 8) makes 16 scalar expf calls an iteration.
+    assert _outlined_loops("bert-softmax-c2-emeraldrapids") == [[128, 128, 8, 8, 128, 128, None]]
+    kernel, preset = _kernel("bert-softmax-c2-emeraldrapids")
+    counts = loop_mapping.dynamic_counts(loop_mapping.map_kernel(kernel, preset), preset.isa)
+    exps = 12 * 128 * 128  # one expf a softmax element, beside a few runtime calls
+    assert exps <= counts["call"] < exps + 100
+
+
 def test_a_chunk_loop_vectorized_across_iterations_and_its_remainder_share_the_chunk():
     # c21 on AArch64: LLVM unrolled i_j_fused_1 (8) fully and vectorized the parallel chunk
     # loop by 4 (8 fmla on 4 lanes do 4 rows), with a scalar remainder loop behind branches

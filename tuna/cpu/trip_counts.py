@@ -244,6 +244,13 @@ def _induction(flow: LoopFlow, header: int) -> Induction | None:
     def start_of(reg: str) -> int | None:
         return flow.value_before(reg, outside[0], into=header)
 
+    def copied_back(src: str, reg: str) -> bool:
+        """Whether the loop writes ``src`` only by copying ``reg`` into it (``mov r13, rax``)."""
+        writes = [ins for b in body for ins in by_start[b].instructions if src in (_reg64(w) for w in ins.writes)]
+        return bool(writes) and all(
+            ins.mnemonic == "mov" and [_reg64(o) for o in _ops(ins)] == [src, reg] for ins in writes
+        )
+
     def trips(reg: str, bound: int, latch_instrs=(), pos: int = 0) -> Induction | None:
         step, init = steps.get(reg, 0), start_of(reg)
         # A register reloaded in the latch (spilled induction variable) steps by what the
@@ -259,6 +266,11 @@ def _induction(flow: LoopFlow, header: int) -> Induction | None:
                     # The slot is set before the loop, or stored from the register at its top.
                     slot = _slot_value(ops[1][ops[1].index("[") :], outside[0], by_start, flow.idom)
                     init = init if slot is None else slot
+                elif ins.mnemonic == "mov" and len(ops) == 2 and copied_back(src := _reg64(ops[1]), reg):
+                    # The counter lives in another register that the latch copies out, steps
+                    # and copies back (`mov rax, r13; inc rax; mov r13, rax; cmp rax, B`):
+                    # it starts where that register does.
+                    init = start_of(src)
                 break
         else:
             # LLVM steps a rotated loop's counter in its latch; other steps of the same
