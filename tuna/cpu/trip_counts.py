@@ -269,8 +269,9 @@ def _induction(flow: LoopFlow, header: int) -> Induction | None:
                 elif ins.mnemonic == "mov" and len(ops) == 2 and copied_back(src := _reg64(ops[1]), reg):
                     # The counter lives in another register that the latch copies out, steps
                     # and copies back (`mov rax, r13; inc rax; mov r13, rax; cmp rax, B`):
-                    # it starts where that register does.
-                    init = start_of(src)
+                    # it starts where that register does, where the code shows that.
+                    home = start_of(src)
+                    init = init if home is None else home
                 break
         else:
             # LLVM steps a rotated loop's counter in its latch; other steps of the same
