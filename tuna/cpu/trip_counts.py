@@ -207,7 +207,9 @@ def _induction(flow: LoopFlow, header: int) -> Induction | None:
     from a negative start, ``subs x, x, #k; b.ne`` and ``sub; cbnz``, the step also a
     register holding a constant, and loops that test in their header (:func:`_header_exit`).
     The start value is the last constant written to the register on the dominator chain of
-    the preheader (``mov``, ``mov``+``movk``), or what the counted loop before it left there.
+    the preheader (``mov``, ``mov``+``movk``), or what the counted loop before it left there;
+    for a counter the latch copies out of another register, steps and copies back, that
+    register's start.
     """
     isa, by_start, body, latches = flow.isa, flow.by_start, flow.bodies[header], flow.latches[header]
     outside = [p for p in flow.graph.predecessors(header) if p not in body]
