@@ -246,8 +246,8 @@ def test_uarch_class_merge_drops_the_parents_pipes_when_the_child_names_its_own(
 
 
 def test_uarch_based_on_a_missing_file_is_a_target_error(monkeypatch):
-    real = uarch_data.tomllib.loads
-    monkeypatch.setattr(uarch_data.tomllib, "loads", lambda text: {**real(text), "based_on": "pentium-pro"})
+    real = tomllib.loads
+    monkeypatch.setattr(tomllib, "loads", lambda text: {**real(text), "based_on": "pentium-pro"})
     with pytest.raises(TargetError, match="based_on 'pentium-pro'"):
         uarch_data._uarch_data("cascadelake")
 
@@ -256,10 +256,9 @@ def test_invalid_toml_in_a_data_file_is_a_target_error_naming_the_file(monkeypat
     def broken(text):
         raise tomllib.TOMLDecodeError("Invalid value (at line 25, column 22)")
 
-    monkeypatch.setattr(uarch_data.tomllib, "loads", broken)
+    monkeypatch.setattr(tomllib, "loads", broken)
     with pytest.raises(TargetError, match=r"micro-architecture data file cascadelake\.toml is not valid TOML"):
         uarch_data._uarch_data("cascadelake")
-    monkeypatch.setattr(machine.tomllib, "loads", broken)
     machine.presets.cache_clear()
     try:
         with pytest.raises(TargetError, match=r"target data file \S+\.toml is not valid TOML"):

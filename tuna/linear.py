@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import nnls
 
+from .data import read_toml
 from .errors import TunaError
 from .machine import Machine
 from .tiers import check_tier
@@ -336,10 +337,7 @@ def _shipped(name: str) -> Mapping[str, dict]:
     path = resources.files("tuna.data").joinpath("coeffs", f"{name}.toml")
     if not path.is_file():
         return {}
-    try:
-        return tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as err:
-        raise TunaError(f"coefficient file {name}.toml is not valid TOML: {err}") from None
+    return read_toml(path, "coefficient", TunaError)
 
 
 def parse(text: str, machine: Machine, tier: str, source: str) -> Coefficients:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import difflib
 import json
 import logging
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import cache
@@ -24,6 +23,7 @@ from importlib import resources
 from types import MappingProxyType
 from typing import Any
 
+from .data import read_toml
 from .errors import TargetError, UnsupportedISAError
 
 #: Instruction sets the analyses understand, by the prefix of an LLVM triple.
@@ -216,7 +216,7 @@ def _freeze_target(target: Mapping[str, Any]) -> Mapping[str, Any]:
 @cache
 def _abi() -> Mapping[str, Mapping[str, Any]]:
     """Calling-convention facts by instruction set (``tuna/data/abi.toml``)."""
-    return MappingProxyType(tomllib.loads(resources.files("tuna.data").joinpath("abi.toml").read_text()))
+    return MappingProxyType(read_toml(resources.files("tuna.data").joinpath("abi.toml"), "ABI data", TargetError))
 
 
 def _parse(name: str, data: dict[str, Any]) -> Machine:
@@ -345,10 +345,7 @@ def presets() -> Mapping[str, Machine]:
     raw = {}
     for entry in sorted(resources.files("tuna.data").joinpath("targets").iterdir(), key=str):
         if entry.name.endswith(".toml"):
-            try:
-                raw[entry.name[: -len(".toml")]] = tomllib.loads(entry.read_text())
-            except tomllib.TOMLDecodeError as err:
-                raise TargetError(f"target data file {entry.name} is not valid TOML: {err}") from None
+            raw[entry.name[: -len(".toml")]] = read_toml(entry, "target data", TargetError)
     found = {}
     for stem in raw:
         machine = _parse(f"{stem}.toml", _resolved_data(stem, raw))

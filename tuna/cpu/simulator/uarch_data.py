@@ -11,13 +11,13 @@ module holds no mnemonic.
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from types import MappingProxyType
 
+from ...data import read_toml
 from ...errors import TargetError
 from ...machine import Machine
 from ..isa import check_isa
@@ -251,10 +251,7 @@ def _uarch_data(name: str, seen: tuple[str, ...] = ()) -> dict:
         raise TargetError(
             f"no micro-architecture data: {what} no file tuna/data/uarch/{name}.toml; known: {', '.join(known)}"
         )
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as err:
-        raise TargetError(f"micro-architecture data file {name}.toml is not valid TOML: {err}") from None
+    data = read_toml(path, "micro-architecture data", TargetError)
     parent = data.get("based_on")
     if parent is None:
         return data
