@@ -245,6 +245,30 @@ def test_per_tensor_reuse_rules():
         assert sum(moved.values()) // LINE == _lru_misses(node, capacity)
 
 
+def _every_other(iterations, lines):
+    """for i: for j: s += X[2i + 4j] with a line per element step: iteration i touches the
+    lines 2i + 4j, none of those of i - 1, most of those of i - 2."""
+    stmt = Statement(
+        "s",
+        (Access("X", False, (_ix(("i", 32), ("j", 64)),), (64 * (iterations + 2 * lines),), 4),),
+        (("add", 1),),
+    )
+    return _nest(stmt, [("i", iterations), ("j", lines)])
+
+
+def test_a_loop_whose_consecutive_iterations_do_not_fit_moves_each_iterations_new_lines():
+    # One iteration (16 lines) fits in 24; two (32) do not, so the lines iteration i shares
+    # with i - 2 were touched 32 lines ago and LRU has dropped them: every iteration moves its
+    # 16 lines. Where two iterations fit (40 lines), only the node's footprint (the 50 even
+    # lines below 100) moves.
+    node = _every_other(20, 16)
+    assert sum(cache.footprint_lines(node, LINE).values()) == 50
+    for capacity_lines, moved_lines in ((24, 20 * 16), (40, 50)):
+        _, moved = cache.data_movement(node, capacity_lines * LINE, LINE)
+        assert moved == {"X": moved_lines * LINE}
+        assert _lru_misses(node, capacity_lines * LINE) == moved_lines
+
+
 def _brute_lines(access, extents, line=LINE):
     strides = [1] * len(access.shape)
     for d in range(len(access.shape) - 2, -1, -1):

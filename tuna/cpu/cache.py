@@ -54,6 +54,13 @@ Bottom up, for a loop node with trip count ``T`` (footprints in lines, ``C`` the
    the data movement is the node's footprint: consecutive iterations find what they share
    in the cache (the paper: "If the footprint of a single loop iteration is smaller than
    cache capacity, the data movement of this loop node is equal to its node footprint").
+   Refinement: that holds while two consecutive iterations fit. When they do not, a line
+   an iteration does not share with the one before it was last touched more than a cache's
+   worth of lines ago (an LRU cache has dropped it), so every iteration moves its new
+   lines, ``F1 + (T - 1) * (F2 - F1)`` per tensor (``F1``, ``F2`` its footprints over the
+   first one and two iterations), at least its footprint over the node. A loop whose
+   iterations alternate between two halves of a tensor that together fill the cache moves
+   the tensor on every iteration, not once.
 3. Else, per tensor (the paper's reuse status): a tensor moves ``T`` times its movement in
    one iteration unless it is reused across iterations. The paper flips a tensor's reuse
    status to false when its footprint exceeds the cache or when a run of loop nodes that
@@ -478,8 +485,14 @@ def _movement(node: Node, capacity_lines: int, line_bytes: int, sets: int = 0) -
     info = _info(node, line_bytes, sets, ways)
     if isinstance(node, Statement) or info.total <= capacity_lines:
         return dict(info.lines)  # 1. everything fits
-    if info.iter_total <= capacity_lines:
-        return dict(info.lines)  # 2. one iteration fits
+    if info.iter_total <= capacity_lines:  # 2. one iteration fits
+        pair = _pair_lines(node, line_bytes)
+        if sum(pair.values()) <= capacity_lines:
+            return dict(info.lines)
+        # Two do not: a line an iteration does not share with the one before it was last
+        # touched further back than an LRU cache holds, so each iteration brings its new lines.
+        return {b: max(n, info.iter_lines[b] + (node.extent - 1) * (pair[b] - info.iter_lines[b]))
+                for b, n in info.lines.items()}
     kids = [_info(c, line_bytes, sets, ways) for c in node.body]
     moved = [_movement(c, capacity_lines, line_bytes, sets) for c in node.body]
     out = {}
