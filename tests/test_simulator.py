@@ -353,6 +353,20 @@ def test_zen4_gathers_take_the_load_pipes_for_their_measured_time():
     assert simulator.simulate([i for d in range(4) for i in _gather(d)], sky).cycles <= 4
 
 
+def test_emeraldrapids_gathers_take_the_512_bit_load_pipes_for_their_measured_time():
+    # scripts/microbench/zen4_memory.emr.txt: a 16-element gather every 6.3-19.2 cycles (the
+    # file's 10, the median); four 512-bit loads beside one gather 10.0-28.7 (3.8-5.2 alone).
+    emr = machine.preset("emeraldrapids")
+    four = simulator.simulate([i for d in range(4) for i in _gather(d)], emr)
+    assert 4 * 9 <= four.cycles <= 4 * 12
+    loads = [_zmm_load(d, 64 * d) for d in range(10, 14)]
+    alone = simulator.simulate(loads, emr).cycles
+    beside = simulator.simulate([*loads, *_gather(0)], emr).cycles
+    assert beside >= 9 + alone and beside <= 16
+    # Sapphire Rapids' file, which it is based on, still has none.
+    assert simulator.simulate([i for d in range(4) for i in _gather(d)], machine.preset("sapphirerapids")).cycles <= 4
+
+
 #: Zen 4, two 64-byte stores and a load of B bytes at +O from the first
 #: (scripts/microbench/zen4_memory.c): forwarded (about 5 cycles an iteration) or not (21-29).
 _FORWARDING = [(64, 0, True), (64, 8, False), (64, 28, False), (64, 32, True), (64, 36, False), (64, 64, True),
