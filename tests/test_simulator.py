@@ -338,33 +338,29 @@ def _zmm_load(dst: int, disp: int) -> Instruction:
     return _ins(f"vmovaps zmm{dst}, zmmword ptr [rdi + {disp}]", ("rdi",), (f"zmm{dst}",))
 
 
-def test_zen4_gathers_take_the_load_pipes_for_their_measured_time():
-    # scripts/microbench/zen4_memory.zen4.txt: a 16-element gather every 17.8-27.6 cycles (the
-    # file's 18 at the low end); four 512-bit loads beside one gather 21.5-29.5 (4.2-7.3 alone).
-    zen4 = machine.preset("zen4")
-    four = simulator.simulate([i for d in range(4) for i in _gather(d)], zen4)
-    assert 4 * 16 <= four.cycles <= 4 * 20
-    loads = [_zmm_load(d, 64 * d) for d in range(10, 14)]
-    alone = simulator.simulate(loads, zen4).cycles
-    beside = simulator.simulate([*loads, *_gather(0)], zen4).cycles
-    assert beside >= 16 + alone and beside <= 24
-    # A preset whose data file gives no gather timing keeps one vector load's.
-    sky = machine.preset("skylake-avx512")
-    assert simulator.simulate([i for d in range(4) for i in _gather(d)], sky).cycles <= 4
+#: Measured gathers (scripts/microbench/zen4_memory.<machine>.txt): the cycles of four 16-element
+#: gathers in a row (zen4: 17.8-27.6 each, the file's 18 at the low end; emeraldrapids: 6.3-19.2,
+#: the file's 10, the median) and what a gather adds beside four 512-bit loads (zen4: 21.5-29.5
+#: against 4.2-7.3 alone; emeraldrapids: 10.0-28.7 against 3.8-5.2).
+_GATHERS = {"zen4": ((64, 80), (16, 24)), "emeraldrapids": ((36, 48), (9, 16))}
 
 
-def test_emeraldrapids_gathers_take_the_512_bit_load_pipes_for_their_measured_time():
-    # scripts/microbench/zen4_memory.emr.txt: a 16-element gather every 6.3-19.2 cycles (the
-    # file's 10, the median); four 512-bit loads beside one gather 10.0-28.7 (3.8-5.2 alone).
-    emr = machine.preset("emeraldrapids")
-    four = simulator.simulate([i for d in range(4) for i in _gather(d)], emr)
-    assert 4 * 9 <= four.cycles <= 4 * 12
+@pytest.mark.parametrize("preset", sorted(_GATHERS))
+def test_gathers_take_the_load_pipes_for_their_measured_time(preset):
+    (low, high), (added, beside_max) = _GATHERS[preset]
+    mach = machine.preset(preset)
+    four = simulator.simulate([i for d in range(4) for i in _gather(d)], mach)
+    assert low <= four.cycles <= high
     loads = [_zmm_load(d, 64 * d) for d in range(10, 14)]
-    alone = simulator.simulate(loads, emr).cycles
-    beside = simulator.simulate([*loads, *_gather(0)], emr).cycles
-    assert beside >= 9 + alone and beside <= 16
-    # Sapphire Rapids' file, which it is based on, still has none.
-    assert simulator.simulate([i for d in range(4) for i in _gather(d)], machine.preset("sapphirerapids")).cycles <= 4
+    alone = simulator.simulate(loads, mach).cycles
+    beside = simulator.simulate([*loads, *_gather(0)], mach).cycles
+    assert added + alone <= beside <= beside_max
+
+
+def test_a_preset_whose_data_file_gives_no_gather_timing_keeps_one_vector_loads():
+    # Sapphire Rapids' file (which emeraldrapids' is based on) and Skylake-SP's have none.
+    for preset in ("skylake-avx512", "sapphirerapids"):
+        assert simulator.simulate([i for d in range(4) for i in _gather(d)], machine.preset(preset)).cycles <= 4
 
 
 #: Zen 4, two 64-byte stores and a load of B bytes at +O from the first
