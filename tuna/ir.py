@@ -247,6 +247,9 @@ class Instruction:
     reads: tuple[str, ...] = ()
     writes: tuple[str, ...] = ()
     klass: str = "other"
+    #: For a direct call in an object file, the symbol its relocation names (``expf``,
+    #: ``memset``); empty where unknown (indirect calls, other instructions).
+    callee: str = ""
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ TERMS = (
     "dram_cycles",  # bytes from memory / memory bandwidth, in core cycles
     "launches",  # parallel regions started
     "calls",  # per-thread calls to out-of-line library code (expf, ...)
-    "call_block_ops",  # per-thread instructions of the basic blocks that make those calls
+    "call_block_ops",  # per-thread instructions of the basic blocks that call math library code (not memset)
     "load_ops",  # per-thread load instructions executed (L1 access costs the core model leaves out)
     "store_ops",  # per-thread store instructions executed
     "tir_fp_cycles",  # per-thread FP-pipe cycles of the loop tree's arithmetic (divisions included)

@@ -3,7 +3,8 @@
 Reads the relocatable ELF objects TVM's LLVM backend writes (pyelftools), finds the kernel
 functions in them (those with a symbol, and the outlined parallel-loop bodies that have
 none), disassembles each with Capstone (x86-64 with AVX2/AVX-512, AArch64 with NEON) into
-:class:`~tuna.ir.Instruction` records (registers read and written, counting class) and
+:class:`~tuna.ir.Instruction` records (registers read and written, counting class, and for a
+direct call the callee its relocation names) and
 splits it into basic blocks with their successors. The control-flow graph and its loops
 are :mod:`tuna.cpu.cfg`'s.
 """
@@ -38,12 +39,13 @@ _MIN_ANONYMOUS_BYTES = 16
 _SHF_EXECINSTR = 0x4
 
 
-def read_functions(obj: bytes, what: str = "the object code") -> list[tuple[str, str, int, bytes]]:
-    """``(isa, name, address, code)`` of every function in an ELF object.
+def read_functions(obj: bytes, what: str = "the object code") -> list[tuple[str, str, int, bytes, dict[int, str]]]:
+    """``(isa, name, address, code, symbols)`` of every function in an ELF object.
 
     Functions with a symbol come first; then each stretch of an executable section
     that no symbol covers, named ``anon@<section>+<offset>`` (the outlined bodies of
-    parallel loops). Addresses are section offsets.
+    parallel loops). Addresses are section offsets; ``symbols`` names, per section offset,
+    the symbol a relocation there refers to (a call's target: ``expf``, ``memset``).
 
     Raises
     ------
@@ -62,7 +64,7 @@ def read_functions(obj: bytes, what: str = "the object code") -> list[tuple[str,
         ) from None
 
 
-def _read_functions(obj: bytes) -> list[tuple[str, str, int, bytes]]:
+def _read_functions(obj: bytes) -> list[tuple[str, str, int, bytes, dict[int, str]]]:
     elf = ELFFile(io.BytesIO(obj))
     isa = _ELF_ISA.get(elf["e_machine"])
     if isa is None:
@@ -70,6 +72,7 @@ def _read_functions(obj: bytes) -> list[tuple[str, str, int, bytes]]:
             f"object code for {elf['e_machine']} cannot be analysed; supported: x86-64, aarch64"
         )
     symtab = elf.get_section_by_name(".symtab")
+    symbols = _relocated_symbols(elf)
     funcs = []
     covered: dict[int, list[tuple[int, int]]] = {}
     for sym in symtab.iter_symbols() if symtab else ():
@@ -77,7 +80,7 @@ def _read_functions(obj: bytes) -> list[tuple[str, str, int, bytes]]:
             continue
         data = elf.get_section(sym["st_shndx"]).data()
         start = sym["st_value"]
-        funcs.append((isa, sym.name, start, data[start : start + sym["st_size"]]))
+        funcs.append((isa, sym.name, start, data[start : start + sym["st_size"]], symbols.get(sym["st_shndx"], {})))
         covered.setdefault(sym["st_shndx"], []).append((start, start + sym["st_size"]))
     unwind = _unwind_starts(elf)
     for index, section in enumerate(elf.iter_sections()):
@@ -90,9 +93,27 @@ def _read_functions(obj: bytes) -> list[tuple[str, str, int, bytes]]:
             cuts = sorted({pos, start} | {s for s in unwind.get(index, ()) if pos < s < start})
             for lo, hi in itertools.pairwise(cuts):
                 if hi - lo >= _MIN_ANONYMOUS_BYTES:
-                    funcs.append((isa, f"{ANONYMOUS}{section.name}+{lo:#x}", lo, data[lo:hi]))
+                    funcs.append((isa, f"{ANONYMOUS}{section.name}+{lo:#x}", lo, data[lo:hi], symbols.get(index, {})))
             pos = max(pos, end)
     return funcs
+
+
+def _relocated_symbols(elf: ELFFile) -> dict[int, dict[int, str]]:
+    """Per executable section index, the named symbol each of its relocations refers to, by offset."""
+    found: dict[int, dict[int, str]] = {}
+    for section in elf.iter_sections():
+        if not isinstance(section, RelocationSection) or section["sh_info"] == 0:
+            continue
+        target = elf.get_section(section["sh_info"])
+        if not target["sh_flags"] & _SHF_EXECINSTR:
+            continue
+        symtab = elf.get_section(section["sh_link"])
+        names = found.setdefault(section["sh_info"], {})
+        for rel in section.iter_relocations():
+            name = symtab.get_symbol(rel["r_info_sym"]).name
+            if name:
+                names[rel["r_offset"]] = name
+    return found
 
 
 def _unwind_starts(elf: ELFFile) -> dict[int, set[int]]:
@@ -218,8 +239,12 @@ def _info(isa: str, md: capstone.Cs, code: bytes, base: int, at: int, size: int,
     return found
 
 
-def disassemble(isa: str, name: str, address: int, code: bytes) -> MachineCode:
-    """Disassemble one function into basic blocks with successors."""
+def disassemble(isa: str, name: str, address: int, code: bytes, symbols: dict[int, str] | None = None) -> MachineCode:
+    """Disassemble one function into basic blocks with successors.
+
+    ``symbols`` (from :func:`read_functions`) names the callee of a direct call whose target
+    a relocation fills in (:attr:`~tuna.ir.Instruction.callee`).
+    """
     if isa not in _CAPSTONE:
         raise UnsupportedISAError(f"cannot disassemble {isa}; supported: {', '.join(_CAPSTONE)}")
     lite, md = _decoders(isa)
@@ -237,9 +262,12 @@ def disassemble(isa: str, name: str, address: int, code: bytes) -> MachineCode:
                 leaders.add(tgt)
     blocks: list[BasicBlock] = []
     current: list[Instruction] = []
-    for pos, (at, _, mnemonic, operands) in enumerate(raw):
+    for pos, (at, size, mnemonic, operands) in enumerate(raw):
         reads, writes, klass, _, ret, _ = info[pos]
-        current.append(Instruction(at, mnemonic, operands, reads, writes, klass))
+        callee = ""
+        if klass == "call" and symbols:
+            callee = next((symbols[o] for o in range(at, at + size) if o in symbols), "")
+        current.append(Instruction(at, mnemonic, operands, reads, writes, klass, callee))
         nxt = raw[pos + 1][0] if pos + 1 < len(raw) else end
         if nxt in leaders or pos + 1 == len(raw):
             succ = []

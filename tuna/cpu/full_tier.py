@@ -27,7 +27,7 @@ from ..estimate import Estimate
 from ..ir import Instruction, KernelIR
 from ..machine import Machine
 from . import ir_tier, loop_mapping, simulator
-from .disassembly import ANONYMOUS
+from .disassembly import ANONYMOUS, RUNTIME_HELPERS
 from .isa import ARITHMETIC
 
 #: Share of the dynamic instructions whose blocks the simulator times.
@@ -39,6 +39,24 @@ HOT_SHARE = 0.98
 #: trip counts, a MobileNetV2 depthwise candidate mapped 8% of its lanes and was predicted
 #: the fastest of its pool at 20 us; it ran at 210 us, 2.9x the pool's best.
 MAPPED_LANES_FLOOR = 0.9
+#: Library functions LLVM calls for plain memory work (zeroing or copying a tile).
+MEMORY_CALLS = frozenset({"memset", "memcpy", "memmove", "bzero"})
+
+
+def _library_call(ins: Instruction) -> bool:
+    """Whether an instruction calls out-of-line library code (``expf``, ``tanhf``), whose
+    surrounding code ``call_block_ops`` prices. TVM's runtime (workspaces, the thread pool) is
+    called through function pointers, which no relocation on the call names. Its calls and
+    ``memset`` can end or open a block of a thousand unrolled multiply-adds (a workspace tile
+    zeroed, then freed): that block is not code around calls."""
+    return (
+        ins.klass == "call"
+        and bool(ins.callee)
+        and ins.callee not in MEMORY_CALLS
+        and not ins.callee.startswith(RUNTIME_HELPERS)
+    )
+
+
 #: The terms counted from the weighted machine code, which a lost trip count under-weights.
 CODE_TERMS = ("compute_cycles", "load_ops", "store_ops", "calls", "call_block_ops")
 
@@ -97,7 +115,7 @@ def estimate(kernel: KernelIR, machine: Machine) -> Estimate:
             # x86 folds loads into arithmetic (vfmadd231ps z, z, [m] and embedded broadcasts).
             folded = sum(ins.klass in ARITHMETIC and "[" in ins.operands for ins in blk.instructions)
             feats["calls"] += weight * klasses["call"]
-            if klasses["call"]:
+            if any(_library_call(ins) for ins in blk.instructions):
                 # The code around each call costs more than the simulator, blind to the
                 # callee, overlaps: an exp loop that LLVM vectorized around per-lane calls
                 # (4.5 instructions a call: lane moves, spills) ran 14% slower on Zen 5 than
