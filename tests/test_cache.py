@@ -56,16 +56,19 @@ def _lines_touched(node, line: int = LINE) -> tuple:
     return tuple((buf, byte // line) for buf, byte in _trace((node,), {}))
 
 
-def _lru_misses(node, capacity: int, line: int = LINE) -> int:
-    """Lines brought in by an LRU, fully associative cache running the nest in program order.
+def _lru_misses(node, capacity: int, line: int = LINE, sets: int = 1) -> int:
+    """Lines brought in by an LRU cache of ``sets`` sets (1: fully associative) running the
+    nest in program order, a line's set its number modulo ``sets`` (physical pages taken as
+    the virtual ones).
 
     Unlike tests/test_cpu_model.py's helper, which runs each statement's loops apart, this
     interprets the tree, so sibling sub-nests interleave as they do in the program.
     """
-    lru: OrderedDict = OrderedDict()
-    ways = capacity // line
+    held = [OrderedDict() for _ in range(sets)]
+    ways = capacity // line // sets
     misses = 0
     for key in _lines_touched(node, line):
+        lru = held[key[1] % sets]
         if key in lru:
             lru.move_to_end(key)
         else:
@@ -269,6 +272,22 @@ def test_a_loop_whose_consecutive_iterations_do_not_fit_moves_each_iterations_ne
         assert _lru_misses(node, capacity_lines * LINE) == moved_lines
 
 
+@pytest.mark.parametrize("rows", [48, 96])
+def test_rows_that_crowd_the_sets_a_page_offset_picks_do_not_fit_a_larger_cache(rows):
+    # Twice over: 256 bytes of each 1 KiB row. A 64 KiB, 4-way cache has 256 sets, more than
+    # a page's 64 lines: a line's page offset picks one of 64 classes of 4 sets (16 lines),
+    # and these rows use 16 classes. 48 rows (192 lines, 12 a class) fit; 96 (24 a class) do
+    # not, though they are 384 of the cache's 1,024 lines.
+    stmt = Statement("s", (Access("W", False, (_ix(("r", 1)), _ix(("c", 1))), (rows, 256), 4),), (("add", 1),))
+    node = _nest(stmt, [("t", 2), ("r", rows), ("c", 64)])
+    level = machine.CacheLevel(level=2, size_bytes=64 << 10, line_bytes=LINE, ways=4, bytes_per_cycle=32.0)
+    assert cache.known_sets(level) == 64
+    _, moved = cache.data_movement(node, level.size_bytes, LINE, cache.known_sets(level))
+    lines = moved["W"] // LINE
+    assert lines == (rows * 4 if rows == 48 else 2 * rows * 4)
+    assert lines == _lru_misses(node, level.size_bytes, LINE, sets=256)
+
+
 def _brute_lines(access, extents, line=LINE):
     strides = [1] * len(access.shape)
     for d in range(len(access.shape) - 2, -1, -1):
@@ -393,6 +412,10 @@ def test_opaque_subscripts_are_over_approximated_by_an_interval():
     assert cache.footprint_lines(node, LINE)["A"] == 8  # the whole 8 x 16 buffer: 8 lines >= 3 true
     small = _loop("f", 2, Statement("s", (access,), ()))
     assert cache.footprint_lines(small, LINE)["A"] == 2  # rows 0..1 x columns 0..1
+    # Told that the row holds for 16 values of f (its run), two iterations touch one row.
+    row = Index((), 0, ("f",), (16,))
+    held = _loop("f", 2, Statement("s", (Access("A", False, (row, _ix(opaque=("f",))), (8, 16), 4),), ()))
+    assert cache.footprint_lines(held, LINE)["A"] == 1
 
 
 def test_cache_fills_per_level_and_for_sequential_top_level_nests():

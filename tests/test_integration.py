@@ -78,6 +78,10 @@ def test_floor_division_and_modulo_stay_affine_where_ranges_allow():
     assert c.indices[1].coeffs == (("r", 1),) and c.indices[1].opaque == ("c",)
     b = next(acc for acc in stmt.accesses if acc.buffer == "B")
     assert b.indices[1].coeffs == (("c", 1),) and b.indices[1].opaque == ("f",)
+    # How long each non-affine part holds its value: (32 c + r) // 256 for 8 values of c,
+    # f % 56 // 14 for 14 of f; a modulo changes every value (no runs recorded).
+    assert c.indices[0].runs == (8,) and c.indices[1].runs == ()
+    assert b.indices[1].runs == (14,) and b.indices[1].run("f") == 14 and b.indices[1].run("c") == 1
 
 
 _DIVISIONS = """

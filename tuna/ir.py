@@ -64,11 +64,17 @@ class Index:
     opaque : tuple of str
         Loop variables the subscript depends on through non-affine terms
         (floor division, modulo, selects); analyses bound these by the loop extent.
+    runs : tuple of int
+        Per variable of ``opaque`` (empty: all 1), the consecutive values of it, from 0 and
+        with the other variables at 0, over which the non-affine terms keep their value:
+        49 for a fused loop's ``f // 49``, 1 for its ``f % 8``. Over ``n`` values of the
+        variable they take at most ``ceil(n / run)`` values.
     """
 
     coeffs: tuple[tuple[str, int], ...] = ()
     const: int = 0
     opaque: tuple[str, ...] = ()
+    runs: tuple[int, ...] = ()
 
     def coeff(self, var: str) -> int:
         """Coefficient of ``var`` in the affine part (0 when absent)."""
@@ -76,6 +82,13 @@ class Index:
             if name == var:
                 return c
         return 0
+
+    def run(self, var: str) -> int:
+        """Consecutive values of ``var`` over which the non-affine terms hold (see ``runs``)."""
+        for name, r in zip(self.opaque, self.runs):
+            if name == var:
+                return r
+        return 1
 
     def depends_on(self, var: str) -> bool:
         """Whether the subscript changes with ``var``."""
@@ -120,6 +133,13 @@ class Access:
     dtype_bytes: int
     scope: str = "global"
     warp: tuple[int, ...] = ()
+
+    def run(self, var: str) -> int:
+        """Consecutive values of ``var`` over which the non-affine terms hold (see ``runs``)."""
+        for name, r in zip(self.opaque, self.runs):
+            if name == var:
+                return r
+        return 1
 
     def depends_on(self, var: str) -> bool:
         """Whether the accessed address changes with loop variable ``var``."""

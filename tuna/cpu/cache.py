@@ -39,8 +39,10 @@ All three are exact; the tests check them against each other and brute force.
 
 Subscripts that depend on loops through non-affine terms (``f // 56``, ``f % 56``,
 selects) are over-approximated as :func:`tuna.gpu.footprint.dim_range` does: that dimension
-ranges over an interval of ``min(dim size, (1 + affine spread) * product of the opaque
-loops' extents)`` consecutive values, independent of the other dimensions. This covers
+ranges over an interval of ``min(dim size, (1 + affine spread) * values)`` consecutive
+values, independent of the other dimensions, where ``values`` is the product over the opaque
+loops of ``ceil(extent / run)`` (:attr:`tuna.ir.Index.runs`: ``f // 56`` keeps its value for
+56 consecutive ``f``, so two iterations of ``f`` touch one row, not two). This covers
 every value the subscript takes when they are consecutive (div/mod splits of a fused
 loop, the usual case); for values scattered wider than that interval the line count can
 come out low.
@@ -90,14 +92,15 @@ Deviations from the paper, and refinements it leaves open:
 - One iteration's footprint and movement are taken at the node's first iteration (loop
   variables outside a node are 0), so line alignment that changes between iterations is
   seen only in the node's whole footprint.
-- Associativity limits reuse only through a buffer's own lines, and only in a cache whose
-  sets lie within a page (:func:`known_sets`; Zen 4's and Skylake's 64-set L1): a footprint
-  most of whose lines lie in sets with more lines than ways needs ``sets`` times its most
-  crowded set's lines (:func:`_effective`: the 384 lines of a tile whose rows are 32 KiB
+- Associativity limits reuse only through a buffer's own lines, and through the part of
+  the set index that the page offset fixes (:func:`known_sets`: every set of Zen 4's and
+  Skylake's 64-set L1, a class of 32 sets of a 2 MiB L2): a footprint most of whose lines
+  lie in classes with more lines than the class holds needs ``classes`` times its most
+  crowded class's lines (:func:`_effective`: the 384 lines of a tile whose rows are 32 KiB
   apart fall into 8 of 64 sets, 48 each against 8 ways, and need 3,072). Lines of
   different buffers are not placed against each other (their relative offsets are
-  unknown), and larger caches are fully associative, LRU-like. Parallel loops are analysed
-  like serial ones. Buffers start on a line boundary (a page boundary, for sets).
+  unknown), and within a class the cache is fully associative, LRU-like. Parallel loops
+  are analysed like serial ones. Buffers start on a line boundary (a page boundary, for sets).
 - Rule 2 is optimistic when one iteration nearly fills the cache: an LRU cache's reuse
   distance between consecutive iterations spans parts of both.
 """
@@ -175,7 +178,8 @@ def _piece(access: Access, extents: tuple[tuple[str, int], ...]) -> Piece:
         if opaque:
             # Non-affine subscript: over-approximate by an interval of dim_range values.
             spread = sum(abs(c) * (ext[v] - 1) for v, c in ix.coeffs if v in ext)
-            count = max(1, min((1 + spread) * math.prod(ext[v] for v in opaque), size))
+            values = math.prod(-(-ext[v] // ix.run(v)) for v in opaque)
+            count = max(1, min((1 + spread) * values, size))
             low = ix.const + sum(min(0, c * (ext[v] - 1)) for v, c in ix.coeffs if v in ext)
             low = max(0, min(low, size - count))
             const += low * stride
@@ -335,7 +339,8 @@ def _set_loads(pieces: frozenset[Piece], line_bytes: int, sets: int) -> tuple[in
 
 
 def _effective(pieces: frozenset[Piece], lines: int, line_bytes: int, sets: int, ways: int) -> int:
-    """Lines a cache of ``sets`` sets of ``ways`` lines needs to hold a buffer's footprint.
+    """Lines a cache of ``sets`` sets (classes of sets, :func:`known_sets`) of ``ways`` lines
+    each needs to hold a buffer's footprint.
 
     Swept again, a set holding more of its lines than it has ways loses all of them (LRU);
     the others keep theirs. When most of the footprint's lines lie in such sets (rows a
@@ -539,18 +544,22 @@ def footprint_lines(node: Node, line_bytes: int) -> dict[str, int]:
     return dict(_footprints(node, line_bytes).lines)
 
 
-#: Bytes of a page: a cache whose sets span no more than this is indexed by address bits the
-#: page offset fixes, so a buffer's own lines fall into sets known from their offsets
-#: (virtual and physical addresses agree there). Above it the sets depend on which physical
-#: pages back the buffer, and the cache is taken as fully associative.
+#: Bytes of a page. A cache's set index is taken from a line's physical address; the bits of
+#: it below the page size are the page offset, the same in the virtual address, so they are
+#: known from a buffer's own offsets: they pick one of ``PAGE_BYTES / line_bytes`` classes of
+#: sets (each set, in a cache whose sets span no more than a page, such as a 64-set L1). Which
+#: set of its class a line takes depends on the physical page behind it, taken as random: a
+#: class is modelled as one fully associative set of the class's lines.
 PAGE_BYTES = 4096
 
 
 def known_sets(level) -> int:
-    """Sets of a cache level (a :class:`tuna.machine.CacheLevel`) whose set index lies within
-    the page offset (:data:`PAGE_BYTES`), else 0 (modelled as fully associative)."""
+    """Classes of sets of a cache level (a :class:`tuna.machine.CacheLevel`) that a line's page
+    offset (:data:`PAGE_BYTES`) decides: its sets, or ``PAGE_BYTES / line_bytes`` if it has more.
+    A 2 MiB, 16-way L2 has 64 classes of 512 lines: a tile that reads 256 bytes of every 1 KiB
+    row uses 16 of them and holds only a quarter of the cache's lines."""
     sets = level.size_bytes // (level.line_bytes * max(1, level.ways))
-    return sets if sets * level.line_bytes <= PAGE_BYTES else 0
+    return max(1, min(sets, PAGE_BYTES // level.line_bytes))
 
 
 def data_movement(node: Node, capacity: int, line_bytes: int, sets: int = 0) -> tuple[dict[str, int], dict[str, int]]:
@@ -567,9 +576,9 @@ def data_movement(node: Node, capacity: int, line_bytes: int, sets: int = 0) -> 
     line_bytes : int
         Cache line size in bytes.
     sets : int
-        The cache's sets where a buffer's lines fall into sets known from their offsets
-        (:func:`known_sets`): a footprint needs room for ``sets`` times its most crowded set
-        (:func:`_effective`). 0: fully associative.
+        The classes of sets a buffer's lines fall into by their offsets (:func:`known_sets`):
+        a footprint needs room for ``sets`` times its most crowded class (:func:`_effective`).
+        0: fully associative.
 
     Returns
     -------
@@ -578,6 +587,8 @@ def data_movement(node: Node, capacity: int, line_bytes: int, sets: int = 0) -> 
         the cache.
     """
     lines = _footprints(node, line_bytes).lines
+    if sets and sum(lines.values()) <= capacity // line_bytes // sets:
+        sets = 0  # the whole footprint fits in one class of sets: none can be crowded
     moved = _movement(node, capacity // line_bytes, line_bytes, sets)
     return ({b: n * line_bytes for b, n in lines.items()}, {b: n * line_bytes for b, n in moved.items()})
 

@@ -49,15 +49,21 @@ class _Affine:
 
     ``span`` bounds the non-linear part's values (``(0, 0)`` when there is none, None when
     unknown), so that floor division and modulo of sums that contain it can still resolve.
+    ``runs`` says, per variable of the non-linear part, how it moves with that variable
+    alone, counted from 0 with the other variables at 0: ``(run, step)``, the part holding
+    its value over runs of at least ``run`` consecutive values and changing by ``step``
+    between runs (0: unknown). Absent: ``(1, 0)``, which assumes nothing. A fused loop's
+    ``f // 49`` is ``(49, 1)``, ``f % 8 * 32`` is ``(1, 32)``, ``f % 112 // 8`` is ``(8, 1)``.
     """
 
-    __slots__ = ("coeffs", "const", "opaque", "span")
+    __slots__ = ("coeffs", "const", "opaque", "runs", "span")
 
-    def __init__(self, coeffs=None, const=0, opaque=frozenset(), span=(0, 0)):
+    def __init__(self, coeffs=None, const=0, opaque=frozenset(), span=(0, 0), runs=None):
         self.coeffs: dict[str, int] = coeffs or {}
         self.const = const
         self.opaque: frozenset[str] = opaque
         self.span: tuple[int, int] | None = span if opaque else (0, 0)
+        self.runs: dict[str, tuple[int, int]] = {v: r for v, r in (runs or {}).items() if v in opaque}
 
     def vars(self) -> frozenset[str]:
         return frozenset(self.coeffs) | self.opaque
@@ -74,11 +80,17 @@ class _Affine:
         if self.span is not None and other.span is not None:
             lo, hi = other.span if sign > 0 else (-other.span[1], -other.span[0])
             span = (self.span[0] + lo, self.span[1] + hi)
-        return _Affine(coeffs, self.const + sign * other.const, self.opaque | other.opaque, span)
+        # A variable in both non-linear parts keeps the shorter run; how the sum steps is unknown.
+        runs = {v: (min(self.runs.get(v, (1, 0))[0], other.runs.get(v, (1, 0))[0]), 0)
+                for v in self.opaque & other.opaque}
+        runs |= {v: self.runs[v] for v in self.runs.keys() - other.opaque}
+        runs |= {v: (r, sign * s) for v, (r, s) in other.runs.items() if v not in self.opaque}
+        return _Affine(coeffs, self.const + sign * other.const, self.opaque | other.opaque, span, runs)
 
     def scaled(self, k: int) -> _Affine:
         span = None if self.span is None else tuple(sorted((self.span[0] * k, self.span[1] * k)))
-        return _Affine({v: c * k for v, c in self.coeffs.items() if c * k}, self.const * k, self.opaque, span)
+        runs = {v: (r, s * k) for v, (r, s) in self.runs.items()}
+        return _Affine({v: c * k for v, c in self.coeffs.items() if c * k}, self.const * k, self.opaque, span, runs)
 
     def bounds(self, extents: dict[str, int]) -> tuple[int, int] | None:
         """Smallest and largest value over the loops' ranges (None if unknown)."""
@@ -88,11 +100,31 @@ class _Affine:
         hi = self.const + self.span[1] + sum(max(0, k * (extents[v] - 1)) for v, k in self.coeffs.items())
         return lo, hi
 
+    def divided_runs(self, c: int, offset: int) -> dict[str, tuple[int, int]]:
+        """``runs`` of ``self // c``, where ``self`` is ``offset`` with every variable at 0.
+
+        A variable that moves the dividend by ``step`` per run (a coefficient is a step
+        every value) leaves the quotient unchanged for ``c // step`` of its runs, fewer in
+        the first when ``offset`` is not a multiple of ``c``; the quotient then steps by 1.
+        """
+        out = {}
+        moves = {v: (1, k) for v, k in self.coeffs.items()} | self.runs
+        for v in self.vars():
+            run, step = moves.get(v, (1, 0))
+            if step <= 0 or step > c or (v in self.coeffs and v in self.opaque):
+                out[v] = (1, 0)
+                continue
+            first = -(-(c - offset % c) // step)
+            out[v] = (max(1, run * min(first, c // step)), 1 if c % step == 0 else 0)
+        return out
+
     def index(self) -> ir.Index:
         opaque = tuple(sorted(self.opaque - set(self.coeffs))) + tuple(
             sorted(v for v in self.opaque if v in self.coeffs)
         )
-        return ir.Index(tuple(sorted(self.coeffs.items())), int(self.const), opaque)
+        runs = tuple(self.runs.get(v, (1, 0))[0] for v in opaque)
+        return ir.Index(tuple(sorted(self.coeffs.items())), int(self.const), opaque,
+                        runs if any(r > 1 for r in runs) else ())
 
 
 def _affine(expr, env: dict[Any, _Affine], extents: dict[str, int] | None = None) -> _Affine:
@@ -119,7 +151,7 @@ def _affine(expr, env: dict[Any, _Affine], extents: dict[str, int] | None = None
         if a.is_const():
             return b.scaled(a.const)
         return _Affine(opaque=a.vars() | b.vars(), span=None)
-    span = None
+    span, runs = None, None
     if isinstance(expr, (tirx.FloorDiv, tirx.FloorMod)) and extents is not None:
         a, b = _affine(expr.a, env, extents), _affine(expr.b, env, extents)
         if b.is_const() and b.const > 0:
@@ -130,13 +162,16 @@ def _affine(expr, env: dict[Any, _Affine], extents: dict[str, int] | None = None
             whole = a.bounds(extents)
             if isinstance(expr, tirx.FloorMod):
                 span = (0, c - 1)
-            elif whole is not None:
-                span = (whole[0] // c, whole[1] // c)
+                runs = {v: (1, k) for v, k in a.coeffs.items()} | a.runs
+            else:
+                if whole is not None:
+                    span = (whole[0] // c, whole[1] // c)
+                runs = a.divided_runs(c, a.const + (a.span[0] if a.span else 0))
     names: set[str] = set()
     for node in _subexprs(expr):
         if isinstance(node, tvm.tirx.Var) and node in env:
             names.update(env[node].vars())
-    return _Affine(opaque=frozenset(names), span=span)
+    return _Affine(opaque=frozenset(names), span=span, runs=runs)
 
 
 def _divide(a: _Affine, c: int, extents: dict[str, int]) -> tuple[_Affine, _Affine] | None:
@@ -165,8 +200,9 @@ def _divide(a: _Affine, c: int, extents: dict[str, int]) -> tuple[_Affine, _Affi
             return _Affine(const=q * g // c), rest.plus(_Affine(const=q * g % c))
         span = top.bounds(extents)
         names = frozenset(high)
-        div = _Affine(opaque=names, span=None if span is None else (span[0] // c, span[1] // c))
-        return div, rest.plus(_Affine(opaque=names, span=(0, c - g)))
+        div = _Affine(opaque=names, span=None if span is None else (span[0] // c, span[1] // c),
+                      runs=top.divided_runs(c, q * g))
+        return div, rest.plus(_Affine(opaque=names, span=(0, c - g), runs={v: (1, k) for v, k in high.items()}))
     return None
 
 
