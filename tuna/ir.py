@@ -134,13 +134,6 @@ class Access:
     scope: str = "global"
     warp: tuple[int, ...] = ()
 
-    def run(self, var: str) -> int:
-        """Consecutive values of ``var`` over which the non-affine terms hold (see ``runs``)."""
-        for name, r in zip(self.opaque, self.runs):
-            if name == var:
-                return r
-        return 1
-
     def depends_on(self, var: str) -> bool:
         """Whether the accessed address changes with loop variable ``var``."""
         return any(ix.depends_on(var) for ix in self.indices)

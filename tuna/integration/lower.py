@@ -54,6 +54,8 @@ class _Affine:
     its value over runs of at least ``run`` consecutive values and changing by ``step``
     between runs (0: unknown). Absent: ``(1, 0)``, which assumes nothing. A fused loop's
     ``f // 49`` is ``(49, 1)``, ``f % 8 * 32`` is ``(1, 32)``, ``f % 112 // 8`` is ``(8, 1)``.
+    (A modulo whose period the later divisor does not divide, ``f % 100 // 8``, shortens the
+    run after it wraps; that is not tracked.)
     """
 
     __slots__ = ("coeffs", "const", "opaque", "runs", "span")
