@@ -98,21 +98,26 @@ def _read_functions(obj: bytes) -> list[tuple[str, str, int, bytes, dict[int, st
     return funcs
 
 
+def _relocations(elf: ELFFile, keep):
+    """``(relocation section, relocation, symbol it refers to)`` for every relocation of the
+    relocation sections that ``keep`` accepts."""
+    for section in elf.iter_sections():
+        if isinstance(section, RelocationSection) and keep(section):
+            symtab = elf.get_section(section["sh_link"])
+            for rel in section.iter_relocations():
+                yield section, rel, symtab.get_symbol(rel["r_info_sym"])
+
+
 def _relocated_symbols(elf: ELFFile) -> dict[int, dict[int, str]]:
     """Per executable section index, the named symbol each of its relocations refers to, by offset."""
+
+    def into_code(section) -> bool:
+        return bool(section["sh_info"]) and bool(elf.get_section(section["sh_info"])["sh_flags"] & _SHF_EXECINSTR)
+
     found: dict[int, dict[int, str]] = {}
-    for section in elf.iter_sections():
-        if not isinstance(section, RelocationSection) or section["sh_info"] == 0:
-            continue
-        target = elf.get_section(section["sh_info"])
-        if not target["sh_flags"] & _SHF_EXECINSTR:
-            continue
-        symtab = elf.get_section(section["sh_link"])
-        names = found.setdefault(section["sh_info"], {})
-        for rel in section.iter_relocations():
-            name = symtab.get_symbol(rel["r_info_sym"]).name
-            if name:
-                names[rel["r_offset"]] = name
+    for section, rel, sym in _relocations(elf, into_code):
+        if sym.name:
+            found.setdefault(section["sh_info"], {})[rel["r_offset"]] = sym.name
     return found
 
 
@@ -124,14 +129,9 @@ def _unwind_starts(elf: ELFFile) -> dict[int, set[int]]:
     which sit back to back in one stretch of ``.text``.
     """
     starts: dict[int, set[int]] = {}
-    for section in elf.iter_sections():
-        if not isinstance(section, RelocationSection) or not section.name.endswith("eh_frame"):
-            continue
-        symtab = elf.get_section(section["sh_link"])
-        for rel in section.iter_relocations():
-            sym = symtab.get_symbol(rel["r_info_sym"])
-            if isinstance(sym["st_shndx"], int):
-                starts.setdefault(sym["st_shndx"], set()).add(sym["st_value"] + rel["r_addend"])
+    for _, rel, sym in _relocations(elf, lambda section: section.name.endswith("eh_frame")):
+        if isinstance(sym["st_shndx"], int):
+            starts.setdefault(sym["st_shndx"], set()).add(sym["st_value"] + rel["r_addend"])
     return starts
 
 

@@ -102,6 +102,11 @@ class _Affine:
         hi = self.const + self.span[1] + sum(max(0, k * (extents[v] - 1)) for v, k in self.coeffs.items())
         return lo, hi
 
+    def moves(self) -> dict[str, tuple[int, int]]:
+        """``(run, step)`` of every variable: a coefficient ``k`` moves the value by ``k`` each
+        value (``(1, k)``); the non-linear part moves as its ``runs`` say."""
+        return {v: (1, k) for v, k in self.coeffs.items()} | self.runs
+
     def divided_runs(self, c: int, offset: int) -> dict[str, tuple[int, int]]:
         """``runs`` of ``self // c``, where ``self`` is ``offset`` with every variable at 0.
 
@@ -110,7 +115,7 @@ class _Affine:
         the first when ``offset`` is not a multiple of ``c``; the quotient then steps by 1.
         """
         out = {}
-        moves = {v: (1, k) for v, k in self.coeffs.items()} | self.runs
+        moves = self.moves()
         for v in self.vars():
             run, step = moves.get(v, (1, 0))
             if step <= 0 or step > c or (v in self.coeffs and v in self.opaque):
@@ -164,7 +169,7 @@ def _affine(expr, env: dict[Any, _Affine], extents: dict[str, int] | None = None
             whole = a.bounds(extents)
             if isinstance(expr, tirx.FloorMod):
                 span = (0, c - 1)
-                runs = {v: (1, k) for v, k in a.coeffs.items()} | a.runs
+                runs = a.moves()
             else:
                 if whole is not None:
                     span = (whole[0] // c, whole[1] // c)
@@ -204,7 +209,7 @@ def _divide(a: _Affine, c: int, extents: dict[str, int]) -> tuple[_Affine, _Affi
         names = frozenset(high)
         div = _Affine(opaque=names, span=None if span is None else (span[0] // c, span[1] // c),
                       runs=top.divided_runs(c, q * g))
-        return div, rest.plus(_Affine(opaque=names, span=(0, c - g), runs={v: (1, k) for v, k in high.items()}))
+        return div, rest.plus(_Affine(opaque=names, span=(0, c - g), runs=top.moves()))
     return None
 
 
