@@ -390,3 +390,99 @@ def test_vectors_of_widths_the_machine_lacks_are_moved_in_pieces_as_in_llvm(widt
     counts = ir_tier.statement_counts(stmt, loops, zen4, frozenset(tvm_unrolled(kernel)))
     assert (counts["load"] / 64 / 2, counts["store"] / 64) == (read, writes)
     assert counts["lane_shuffles"] / 64 == 2 * (read - vectors) + writes - vectors
+
+
+def _oversized_tile(width: int) -> tvm.IRModule:
+    """C[j, :] += A[k, :] * W[j, k]: 32 x 4 unrolled updates of ``width`` lanes (a register tile
+    too large for the registers) in a rolled loop over 8 groups of rows j, which every input
+    vector A[k, :] is invariant in, inside a rolled reduction loop."""
+    return parse_tvmscript(f'''
+# from tvm.script import tirx as T
+@T.prim_func(s_tir=True)
+def main(A: T.Buffer((512, {width}), "float32"), W: T.Buffer((64, 512), "float32"),
+         C: T.Buffer((64, {width}), "float32")):
+    T.func_attr({{"tirx.noalias": True}})
+    for p in T.parallel(2):
+        for k0 in range(16):
+            for j2 in range(8):
+                for k1 in T.unroll(32):
+                    for j3 in T.unroll(4):
+                        for v in T.vectorized({width}):
+                            with T.sblock("u"):
+                                C[p * 32 + j2 * 4 + j3, v] = (
+                                    C[p * 32 + j2 * 4 + j3, v]
+                                    + A[k0 * 32 + k1, v] * W[p * 32 + j2 * 4 + j3, k0 * 32 + k1])
+''', "oversized_tile")
+
+
+@pytest.mark.parametrize("width", [33, 48, 49, 56, 64])
+def test_vectors_hoisted_out_of_a_loop_around_an_oversized_tile_are_reloaded_as_in_llvm(width):
+    zen4 = machine.preset("zen4")
+    mod = _oversized_tile(width)
+    asm = tvm.compile(mod, target=tvm_target(zen4)).mod.inspect_source("s").splitlines()
+    body = _hottest_loop(asm)
+    instructions = [line.split(None, 1) for line in body if line.startswith("\t") and len(line.split(None, 1)) == 2]
+    fmas = sum("vfmadd" in op for op, _ in instructions)
+    memory = [(op, args) for op, args in instructions if "(%" in args and not op.startswith(("lea", "prefetch"))]
+    loads = sum(op.startswith("vfmadd") or not args.rstrip().endswith(")") for op, args in memory)
+    # LICM hoists the 32 input vectors out of the rows' loop and spills them; with one lane
+    # past a multiple of 16, every use reloads them from the stack, else each is reloaded once.
+    one_lane = width % 16 == 1
+    assert (loads / fmas > 1.2) == one_lane and (loads / fmas < 0.8) != one_lane
+    kernel = integration.kernel_from_module(mod)
+    ((stmt, loops),) = list(walk(kernel.body))
+    counts = ir_tier.statement_counts(stmt, loops, zen4, frozenset(tvm_unrolled(kernel)))
+    # Before the loop, LLVM builds the hoisted vectors of these widths lane by lane: a scalar
+    # load and an insert a lane, once per entry (2 x 16).
+    built = sum(line.split()[0].startswith(("vmovss", "vinsertps")) for line in asm if line.startswith("\t"))
+    assert counts["lane_shuffles"] / (2 * 16) == pytest.approx(built / 2, rel=0.25)
+    inside = (counts["load"] - counts["lane_shuffles"]) / counts["fma"]
+    assert inside == pytest.approx(loads / fmas, rel=0.25)
+
+
+def _conv_tile(updates: int) -> tvm.IRModule:
+    """A conv2d-like register tile of 2 x 7 x ``updates`` x 4 copies: 56 accumulators of 56
+    floats (C[j, y, :]) in a buffer allocated in the parallel loop, updated from 7 input rows
+    and 8 weights per step of a reduction unrolled ``updates`` times inside a rolled one."""
+    return parse_tvmscript(f'''
+# from tvm.script import tirx as T
+@T.prim_func(s_tir=True)
+def main(A: T.Buffer((512, 392), "float32"), W: T.Buffer((16, 512), "float32"), O: T.Buffer((16, 392), "float32")):
+    T.func_attr({{"tirx.noalias": True}})
+    for p in T.parallel(2):
+        C = T.alloc_buffer((8, 392), "float32")
+        for j in T.unroll(8):
+            for y in range(392):
+                C[j, y] = T.float32(0)
+        for k0 in range({512 // updates}):
+            for j1 in T.unroll(2):
+                for y in T.unroll(7):
+                    for k1 in T.unroll({updates}):
+                        for j2 in T.unroll(4):
+                            for v in T.vectorized(56):
+                                C[j1 * 4 + j2, y * 56 + v] = (
+                                    C[j1 * 4 + j2, y * 56 + v]
+                                    + A[k0 * {updates} + k1, y * 56 + v] * W[p * 8 + j1 * 4 + j2, k0 * {updates} + k1])
+        for j in range(8):
+            for y in T.vectorized(392):
+                O[p * 8 + j, y] = T.max(C[j, y], T.float32(0))
+''', "conv_tile")
+
+
+@pytest.mark.parametrize("updates", [2, 8])
+def test_accumulators_of_large_tiles_are_kept_across_the_loop_only_in_small_bodies_as_in_llvm(updates):
+    zen4 = machine.preset("zen4")
+    mod = _conv_tile(updates)
+    body = _hottest_loop(tvm.compile(mod, target=tvm_target(zen4)).mod.inspect_source("s").splitlines())
+    instructions = [line.split(None, 1) for line in body if line.startswith("\t") and len(line.split(None, 1)) == 2]
+    stores = [args for op, args in instructions
+              if "(%" in args and args.rstrip().endswith(")") and not op.startswith(("vfmadd", "lea", "prefetch"))]
+    # 112 copies: LLVM keeps the 56 accumulators across the rolled loop (LICM's promotion),
+    # lane by lane and spilled; 448 copies: stored to their buffer in every iteration.
+    promoted = updates == 2
+    assert (not any("(%rsp)" not in args for args in stores)) == promoted
+    kernel = integration.kernel_from_module(mod)
+    tvm_loops = frozenset(tvm_unrolled(kernel))
+    ((stmt, loops),) = [(s, lps) for s, lps in walk(kernel.body) if s.op_count("fma")]
+    counts = ir_tier.statement_counts(stmt, loops, zen4, tvm_loops)
+    assert (counts["lane_moves"] > 0) == promoted

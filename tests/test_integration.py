@@ -23,9 +23,10 @@ from tvm.s_tir.meta_schedule.builder import BuilderInput, LocalBuilder
 from tvm.s_tir.meta_schedule.runner import RunnerInput
 
 from tuna import integration, machine
+from tuna.cpu import codegen
 from tuna.errors import AnalysisError, WorkloadError
 from tuna.estimate import WORST_SCORE
-from tuna.ir import walk
+from tuna.ir import Index, walk
 
 
 def _scheduled(pool, i):
@@ -49,7 +50,7 @@ _FLOOR_INDICES = """
 @I.ir_module
 class Module:
     @T.prim_func(s_tir=True)
-    def main(A: T.Buffer((64, 128), "float32"), C: T.Buffer((2, 256), "float32"), B: T.Buffer((224, 64), "float32")):
+    def main(A: T.Buffer((64, 128), "float32"), C: T.Buffer((2, 300), "float32"), B: T.Buffer((224, 64), "float32")):
         for f in T.parallel(224):
             for c in T.serial(16):
                 for r in T.vectorized(4):
@@ -72,7 +73,8 @@ def test_floor_division_and_modulo_stay_affine_where_ranges_allow():
     # (16 c + r) // 16 is c; (4 r + 3) % 4 is 3.
     assert a.indices[0].coeffs == (("r", 1),) and not a.indices[0].opaque
     assert a.indices[1].coeffs == (("c", 1),) and a.indices[1].const == 3 and not a.indices[1].opaque
-    # A fused index split by 256: the column is r plus a multiple of 32 that depends on c.
+    # A fused index split by 256 (in rows of 300, so that the dimensions do not merge): the
+    # column is r plus a multiple of 32 that depends on c.
     c = next(acc for acc in stmt.accesses if acc.buffer == "C")
     assert c.indices[0].opaque == ("c",) and not c.indices[0].coeffs
     assert c.indices[1].coeffs == (("r", 1),) and c.indices[1].opaque == ("c",)
@@ -82,6 +84,39 @@ def test_floor_division_and_modulo_stay_affine_where_ranges_allow():
     # f % 56 // 14 for 14 of f; a modulo changes every value (no runs recorded).
     assert c.indices[0].runs == (8,) and c.indices[1].runs == ()
     assert b.indices[1].runs == (14,) and b.indices[1].run("f") == 14 and b.indices[1].run("c") == 1
+
+
+_FUSED_ROWS = """
+@I.ir_module
+class Module:
+    @T.prim_func(s_tir=True)
+    def main(A: T.Buffer((4, 28, 28), "float32"), B: T.Buffer((4, 28, 14), "float32"),
+             C: T.Buffer((4, 28, 28), "float32")):
+        for c, y in T.grid(4, 14):
+            for f in T.vectorized(56):
+                with T.sblock("copy"):
+                    vc = T.axis.spatial(4, c)
+                    vy = T.axis.spatial(28, c % 2 * 14 + y // 7 * 2 + f // 28)
+                    vx = T.axis.spatial(28, f % 28)
+                    vb = T.axis.spatial(14, f % 14)
+                    C[vc, vy, vx] = A[vc, vy, vx] + B[vc, vy, vb]
+"""
+
+
+def test_dimensions_a_fused_loop_splits_merge_where_their_offset_is_linear():
+    mod = integration.parse_tvmscript(_FUSED_ROWS, "test module")
+    ((stmt, _),) = walk(integration.kernel_from_module(mod).body)
+    a, b, c = (next(acc for acc in stmt.accesses if acc.buffer == name) for name in "ABC")
+    # Rows f // 28 and columns f % 28 of a 28-wide buffer: TVM's flattening makes the offset
+    # 28 * (...) + f, one contiguous 56-lane vector. The loop c stays non-linear (c % 2).
+    for acc in (a, c):
+        assert acc.shape == (4, 1, 784)
+        assert acc.indices[1] == Index()
+        assert ("f", 1) in acc.indices[2].coeffs and acc.indices[2].opaque == ("c", "y")
+        assert codegen.contiguous_in(acc, "f")
+    # f % 14 in a dimension of 14 after f // 28: no linear offset, nothing merged.
+    assert b.shape == (4, 28, 14) and b.indices[2].opaque == ("f",) and not codegen.contiguous_in(b, "f")
+    assert "f" in b.indices[1].opaque
 
 
 _DIVISIONS = """

@@ -114,7 +114,9 @@ class Access:
     indices : tuple of Index
         One subscript per buffer dimension.
     shape : tuple of int
-        The buffer's shape.
+        The buffer's shape, or one with the same row-major offsets where a run of dimensions
+        is merged into its innermost (the others size 1 at subscript 0): where a fused loop
+        splits into ``f // 7`` and ``f % 7`` over rows of 7 (see :mod:`tuna.integration.lower`).
     dtype_bytes : int
         Bytes per element.
     scope : str

@@ -5,7 +5,9 @@ loops: vectorized loops become vector instructions of the target's width, and LL
 unrolling and auto-vectorization are applied to the loops TVM left serial
 (:func:`tuna.cpu.codegen.codegen_loops`); the innermost unrolled and vectorized loops form a
 register tile in which each distinct vector is loaded once; loads invariant in the loops just
-outside the tile are hoisted while the tile fits in the vector registers, and statements whose
+outside the tile are hoisted while the tile fits in the vector registers. A tile that does not
+fit reloads what an iteration of its loops cannot keep (:func:`_tile_loads`), and LICM still
+hoists what the rolled loop around it does not vary (:func:`_licm_hoisted`). Statements whose
 values do not change in a rolled loop count once for it (LICM,
 :func:`tuna.cpu.codegen.hoisted_loops`). Accumulators TVM vectorized at a width that is not a
 power of two, kept in registers over a rolled loop, are carried lane by lane (LLVM scalarizes
@@ -103,6 +105,14 @@ INTEGER_DIVISION_INSTRUCTIONS = 2
 #: 28 and 56 lanes were unrolled 16 to 1 times, the copies holding 36-72 such instructions.
 PARTIAL_UNROLL_SIZE = 72
 MAX_PARTIAL_UNROLL = 16
+#: Statement copies in a register tile up to which LLVM's LICM keeps the values the loop
+#: around it reads and writes at invariant addresses (the accumulators) in registers across
+#: it, whether they fit or not. LLVM caps the memory accesses a loop may have for that
+#: (``licm-mssa-max-acc-promotion``, 250, in LICM.cpp), counted after its own clean-ups; in
+#: probes (TVM 0.27, Emerald Rapids) of 8-16 accumulators of 64 floats updated 8-32 times,
+#: and of a conv2d-like 2 x 7 x K x 4 tile of 56 floats, tiles of up to 210 copies were
+#: promoted and from 216 on not, but for one of 224 (the conv2d-like one, K = 4).
+LICM_PROMOTION_COPIES = 210
 #: Classes of operations that occupy the FP pipes, counted by width as well (``pipe_<kind>``).
 PIPE_KINDS = ("fma", "add", "mul", "div", "special")
 #: Classes of the loop tree's operations that become one instruction each per execution.
@@ -268,8 +278,24 @@ def statement_counts(
         written = {(a.buffer, a.indices) for a in stmt.accesses if a.write}
         registers -= max((n for key, n in live.items() if key not in written), default=0)
     fits = registers <= machine.vector_registers
+    copies = math.prod(lp.extent for lp in tile if lp is not vec)
+    # LLVM keeps the accumulators in registers across the loop around the tile (LICM's
+    # promotion) while the tile is small enough, whether they fit or not.
+    promoted = copies <= LICM_PROMOTION_COPIES
+    licm: dict[tuple, float] = {}
     if not fits:
-        counts["spill"] += (registers - machine.vector_registers) * math.prod(lp.extent for lp in outside)
+        hoisted = _licm_hoisted(stmt, loops, tile_start, distinct, homes, in_registers)
+        if hoisted and by_tvm and _wide_odd(vl, hw):
+            # LLVM builds hoisted vectors of such widths lane by lane before the loop: a scalar
+            # load and an insert a lane (probes of 28-56 lanes in tests/test_codegen_llvm.py).
+            vectors = sum(distinct[key] for key in hoisted) / vinstr
+            lanes = vectors * vl * math.prod(lp.extent for lp in outside[:-1])
+            counts["load"] += lanes
+            counts["pipe_load"] += lanes
+            counts["lane_shuffles"] += lanes
+        if hoisted and by_tvm and vl % hw == 1 and machine.isa == "x86-64":
+            licm = _licm_reloads(stmt, tile, hoisted, vec, hw, machine, distinct)
+        distinct = _tile_loads(stmt, tile, vec, hw, machine)
 
     # TVM builds a vector read at a stride lane by lane. One wider than the machine's, of a
     # width that is not a power of two, LLVM builds anew for every copy of the statement in
@@ -279,11 +305,10 @@ def statement_counts(
     # 32-lane ones were built once, 24- and 28-lane ones 2.3 to 4 times (tests/test_codegen_llvm.py).
     strided = {(a.buffer, a.indices, a.write) for a in stmt.accesses if vec is not None and strided_in(a, vec.var)}
     rebuilt = by_tvm and _wide_odd(vl, hw)
-    copies = math.prod(lp.extent for lp in tile if lp is not vec)
     for (buf, idx, write), n in distinct.items():
         if buf in in_registers:
             continue
-        hoisting = fits
+        hoisting = fits or (buf, idx, write) in licm
         if (buf, idx, write) in strided and rebuilt and not write:
             n, hoisting = vl * copies, False
         # (no hoisting out of the loop the buffer is allocated in, nor out of those around it)
@@ -291,9 +316,14 @@ def statement_counts(
         for pos in range(len(outside) - 1, -1, -1):
             lp = outside[pos]
             if hoisting and pos >= inner_to and not any(ix.depends_on(lp.var) for ix in idx):
+                hoisting = fits  # LICM alone hoists out of the innermost rolled loop only
                 continue
             hoisting = False
             n *= lp.extent
+        if (buf, idx, write) in licm:  # reloaded from the stack where it is used
+            reloads = licm[(buf, idx, write)] * math.prod(lp.extent for lp in outside)
+            counts["load"] += reloads
+            counts["pipe_load"] += reloads * widths[(buf, idx, write)]
         # A vector of TVM's whose width is not a multiple of the machine's is moved in pieces
         # (registers hold it whole: the pieces change the memory instructions only, not
         # ``registers``), joined by inserts or split by extracts (tests/test_codegen_llvm.py).
@@ -311,7 +341,7 @@ def statement_counts(
     # MobileNetV2 1 x 1 conv2d's 21 accumulators of 7 lanes ran 10x slower so; a probe in
     # tests/test_codegen_llvm.py).
     odd = rebuilt or any(a.buffer in scalarized for a in stmt.accesses if a.write)
-    if vec is not None and by_tvm and odd and fits and outside:
+    if vec is not None and by_tvm and odd and (fits or promoted) and outside:
         _scalarized_carry(counts, stmt, distinct, vec, vinstr, tile, outside, homes, machine)
 
     writes = [a for a in stmt.accesses if a.write]
@@ -367,6 +397,97 @@ def statement_counts(
 #: into masked vector instructions rather than leave scalar iterations
 #: (``-vectorizer-min-trip-count``, 16, in LLVM's LoopVectorize.cpp).
 TINY_TRIP_COUNT = 16
+
+
+def _tile_loads(
+    stmt: Statement, tile: tuple[Loop, ...], vec: Loop | None, hw: int, machine: Machine,
+) -> dict[tuple, float]:
+    """Vectors each access of ``stmt`` moves per execution of a register tile too large for the
+    vector registers (``tile``: the unrolled and vectorized loops, outermost first).
+
+    A vector is reused across a tile loop its subscript does not vary with while what one
+    iteration of that loop touches stays in the registers; of the excess, the share that does
+    not fit is loaded again in every iteration (LLVM reloads or spills it). The accumulators
+    of a reduction loop in the tile are so kept across it while its body fits, whatever the
+    spatial loops around it hold in all: in the fastest candidate of a ResNet-50 1 x 1
+    conv2d (``docs/bench/emr-heldout4-pools``, ``resnet50-fused_conv2d21_add14_relu10`` #170:
+    2 x 64 x 4 unrolled updates of 49 lanes), LLVM (TVM 0.27, Emerald Rapids) loads 1,400
+    vectors a rolled iteration; the tile's 800 distinct ones all counted as live, with the
+    excess spilled and nothing hoisted, made 4,050.
+    """
+    accesses = {(a.buffer, a.indices, a.write): a for a in stmt.accesses}
+    written = {(a.buffer, a.indices) for a in stmt.accesses if a.write}
+
+    def touched(inner: tuple[Loop, ...]) -> float:
+        live: dict[tuple, int] = {}
+        for a in stmt.accesses:
+            n = _vector_cost(a, vec, hw) * math.prod(
+                lp.extent for lp in inner if lp is not vec and a.depends_on(lp.var))
+            live[(a.buffer, a.indices)] = max(live.get((a.buffer, a.indices), 0), n)
+        need = sum(live.values())
+        if machine.isa == "x86-64":  # one operand of each arithmetic instruction comes from memory
+            need -= max((n for key, n in live.items() if key not in written), default=0)
+        return need
+
+    loads = {}
+    for key, a in accesses.items():
+        n = float(_vector_cost(a, vec, hw))
+        for pos, lp in enumerate(tile):
+            if lp is vec:
+                continue
+            if a.depends_on(lp.var):
+                n *= lp.extent
+                continue
+            need = touched(tile[pos + 1:])
+            n *= 1 + (lp.extent - 1) * max(0.0, need - machine.vector_registers) / max(need, 1)
+        loads[key] = n
+    return loads
+
+
+def _licm_hoisted(stmt: Statement, loops: tuple[Loop, ...], tile_start: int, distinct: Mapping[tuple, float],
+                  homes: Mapping[str, str | None] | None, in_registers: frozenset[str]) -> list[tuple]:
+    """The accesses whose loads LICM hoists out of the rolled loop around the register tile
+    that starts at ``tile_start``: reads of buffers the statement does not write that the loop
+    does not vary. LLVM hoists them whatever the registers hold, and spills what does not fit
+    (``tests/test_codegen_llvm.py``)."""
+    if tile_start == 0:
+        return []
+    loop = loops[tile_start - 1]
+    written = {a.buffer for a in stmt.accesses if a.write}
+    return [key for key in distinct
+            if not key[2] and key[0] not in written and key[0] not in in_registers
+            and not any(ix.depends_on(loop.var) for ix in key[1])
+            and tile_start - 1 >= below_home(loops, homes, key[0])]
+
+
+def _licm_reloads(stmt: Statement, tile: tuple[Loop, ...], hoisted: list[tuple], vec: Loop | None, hw: int,
+                  machine: Machine, distinct: Mapping[tuple, float]) -> dict[tuple, float]:
+    """Stack reloads, per execution of a register tile too large for the vector registers, of
+    the ``hoisted`` vectors (:func:`_licm_hoisted`), where TVM's vectors end in one lane past
+    a multiple of the machine's (17, 33, 49 floats on AVX-512).
+
+    For most widths LLVM reloads each spilled vector once where the tile first needs it, as
+    many loads as had it not hoisted them; with a one-lane remainder, every use reads the
+    stack. A ResNet-50 1 x 1 conv2d's candidates with a rolled loop of output channels around
+    64 x 4 unrolled updates of 49 lanes (``docs/bench/emr-heldout4-pools``,
+    ``resnet50-fused_conv2d21_add14_relu10`` #143, #128, #172) hoist the 256 input vectors out
+    of it: 1,314 of the loop's 1,586 loads read the stack (LLVM of TVM 0.27, Emerald Rapids),
+    and they ran 3.1-4x slower than #170, whose rolled loop varies every input. Probes of the
+    same shape (tests/test_codegen_llvm.py) load 1.5-1.8 times per FMA at 17, 33 and 49 lanes
+    and 0.5-0.7 times at 24-64 lanes otherwise, on Zen 4 and Emerald Rapids alike.
+    """
+    held = sum(distinct[key] for key in hoisted)
+    own = 0
+    for a in stmt.accesses:  # the live vectors of one iteration of the tile's outermost loop
+        if (a.buffer, a.indices, a.write) not in hoisted and not a.write:
+            own = max(own, _vector_cost(a, vec, hw))
+    own += sum(_vector_cost(a, vec, hw) * math.prod(lp.extent for lp in tile[1:] if lp is not vec
+                                                     and a.depends_on(lp.var))
+               for a in stmt.accesses if a.write)
+    spilled = min(1.0, max(0.0, held + own - machine.vector_registers) / held)
+    copies = math.prod(lp.extent for lp in tile if lp is not vec)
+    accesses = {(a.buffer, a.indices, a.write): a for a in stmt.accesses}
+    return {key: spilled * copies * _vector_cost(accesses[key], vec, hw) for key in hoisted}
 
 
 def _masked_accumulator_chain(stmt: Statement, writes: list[Access], vec: Loop | None, hw: int, by_tvm: bool,

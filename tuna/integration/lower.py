@@ -4,7 +4,8 @@
   each index split into a linear form over the loop variables and the variables it depends
   on non-linearly, with floor division and modulo resolved where the loops' ranges allow;
 - the extractor (:class:`_Extractor`): loops, statements with their accesses and
-  arithmetic, allocations;
+  arithmetic, allocations; an access's dimensions merge where TVM's flattening makes their
+  joint offset linear (:meth:`_Extractor._flattened`);
 - compaction (:func:`_compact`): buffers placed and sized as TVM's lowering will leave them;
 - :func:`kernel_from_module` / :func:`kernel_from_func`, the entry points.
 """
@@ -17,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import tvm
+import tvm.sym
 from tvm import s_tir, tirx
 
 from .. import ir
@@ -324,6 +326,7 @@ class _Extractor:
         self.extents: dict[str, int] = {}
         self.loops: list[str] = []  # variables of the loops being visited, outermost first
         self.kinds: dict[str, ir.LoopKind] = {}
+        self.ranges: dict[Any, tvm.ir.Range] = {}  # of every loop variable seen (see _offset)
         self.scalarized: set[str] = set()  # vectorized loops TVM's VectorizeLoop turns serial
         # The first warp: threadIdx.x of its threads inside a threadIdx.x loop (else None), and
         # the values of the variables for it (every other loop at its first iteration).
@@ -351,21 +354,57 @@ class _Extractor:
     def _access(self, buf, indices, write: bool, env) -> ir.Access:
         name, shape, elem_bytes, scope = self._buffer(buf)
         indices = indices[:]
-        idx = []
-        for i in indices:
-            if isinstance(i, tirx.Ramp):  # already vectorized: base + lane * stride
-                idx.append(_affine(i.base, env, self.extents).index())
-            else:
-                idx.append(_affine(i, env, self.extents).index())
+        bases = [i.base if isinstance(i, tirx.Ramp) else i for i in indices]  # Ramp: vectorized already
+        forms = [_affine(i, env, self.extents) for i in bases]
+        forms, merged_shape = self._flattened(bases, forms, shape, env)
         return ir.Access(
             buffer=name,
             write=write,
-            indices=tuple(idx),
-            shape=shape,
+            indices=tuple(f.index() for f in forms),
+            shape=merged_shape,
             dtype_bytes=elem_bytes,
             scope=scope,
             warp=self._warp_offsets(indices, shape),
         )
+
+    def _flattened(self, exprs, forms: list[_Affine], shape: tuple[int, ...], env
+                   ) -> tuple[list[_Affine], tuple[int, ...]]:
+        """Subscripts and shape with runs of dimensions merged where their row-major offset
+        depends on fewer loops non-linearly than the subscripts alone.
+
+        A fused loop over whole rows splits into ``f // 7`` and ``f % 7``; TVM flattens the
+        buffer before it vectorizes, and its simplifier turns ``f // 7 * 7 + f % 7`` back
+        into ``f``: one contiguous vector, not 49 lanes gathered. Merged dimensions keep
+        their offsets (the outer ones become size 1 at subscript 0, the innermost holds
+        their product), so addresses are unchanged.
+        """
+        last = len(forms) - 1
+        while last > 0:
+            first = last
+            while first > 0 and forms[first - 1].opaque and forms[first].opaque:
+                first -= 1
+            for start in range(first, last):  # the widest run first
+                form = self._offset(exprs[start:last + 1], shape[start:last + 1], env)
+                if form.opaque < frozenset().union(*(f.opaque for f in forms[start:last + 1])):
+                    size = math.prod(shape[start:last + 1])
+                    forms = forms[:start] + [_Affine()] * (last - start) + [form] + forms[last + 1:]
+                    shape = shape[:start] + (1,) * (last - start) + (size,) + shape[last + 1:]
+                    last = start
+                    break
+            last -= 1
+        return forms, shape
+
+    def _offset(self, exprs, shape: tuple[int, ...], env) -> _Affine:
+        """The row-major offset of subscripts ``exprs`` into dimensions ``shape``, simplified
+        by TVM's analyzer over the loops' ranges."""
+        flat = exprs[0]
+        for e, n in zip(exprs[1:], shape[1:]):
+            flat = flat * n + e
+        bound = {v for e in exprs for v in _subexprs(e) if isinstance(v, tvm.tirx.Var) and v in self.ranges}
+        analyzer = tvm.sym.Analyzer()
+        for v in bound:
+            analyzer.bind(v, self.ranges[v])
+        return _affine(analyzer.simplify(flat), env, self.extents)
 
     def _warp_offsets(self, indices, shape: tuple[int, ...]) -> tuple[int, ...]:
         """The element offsets of the first warp's threads (see :attr:`tuna.ir.Access.warp`)."""
@@ -447,6 +486,7 @@ class _Extractor:
                 )
             name = self._name(stmt.loop_var)
             self.extents[name] = int(stmt.extent.value)
+            self.ranges[stmt.loop_var] = tvm.ir.Range.from_min_extent(stmt.min, stmt.extent)
             inner = {**env, stmt.loop_var: _Affine({name: 1})}
             kind = {
                 tirx.ForKind.SERIAL: ir.LoopKind.SERIAL,
