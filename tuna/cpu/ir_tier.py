@@ -287,7 +287,7 @@ def statement_counts(
         hoisted = _licm_hoisted(stmt, loops, tile_start, distinct, homes, in_registers)
         if hoisted and by_tvm and _wide_odd(vl, hw):
             # LLVM builds hoisted vectors of such widths lane by lane before the loop: a scalar
-            # load and an insert a lane (probes of 28-56 lanes in tests/test_codegen_llvm.py).
+            # load and an insert a lane (probes of 33-56 lanes in tests/test_codegen_llvm.py).
             vectors = sum(distinct[key] for key in hoisted) / vinstr
             lanes = vectors * vl * math.prod(lp.extent for lp in outside[:-1])
             counts["load"] += lanes
