@@ -108,7 +108,7 @@ def test_dimensions_a_fused_loop_splits_merge_where_their_offset_is_linear():
     ((stmt, _),) = walk(integration.kernel_from_module(mod).body)
     a, b, c = (next(acc for acc in stmt.accesses if acc.buffer == name) for name in "ABC")
     # Rows f // 28 and columns f % 28 of a 28-wide buffer: TVM's flattening makes the offset
-    # 28 * (...) + f, one contiguous 56-lane vector. The loop c stays non-linear (c % 2).
+    # 28 * (...) + f, one contiguous 56-lane vector; c and y stay non-linear (c % 2, y // 7).
     for acc in (a, c):
         assert acc.shape == (4, 1, 784)
         assert acc.indices[1] == Index()
