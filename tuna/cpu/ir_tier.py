@@ -294,7 +294,7 @@ def statement_counts(
             counts["pipe_load"] += lanes
             counts["lane_shuffles"] += lanes
         if hoisted and by_tvm and vl % hw == 1 and machine.isa == "x86-64":
-            licm = _licm_reloads(stmt, tile, hoisted, vec, hw, machine, distinct)
+            licm = _licm_reloads(stmt, tile, hoisted, vec, hw, machine, distinct, copies)
         distinct = _tile_loads(stmt, tile, vec, hw, machine)
 
     # TVM builds a vector read at a stride lane by lane. One wider than the machine's, of a
@@ -429,17 +429,16 @@ def _tile_loads(
             need -= max((n for key, n in live.items() if key not in written), default=0)
         return need
 
+    # Per tile loop, what one of its iterations touches: the part the registers cannot keep, and all.
+    excess = [(max(0.0, need - machine.vector_registers), max(need, 1))
+              for need in (touched(tile[pos + 1:]) for pos in range(len(tile)))]
     loads = {}
     for key, a in accesses.items():
         n = float(_vector_cost(a, vec, hw))
-        for pos, lp in enumerate(tile):
+        for lp, (over, need) in zip(tile, excess):
             if lp is vec:
                 continue
-            if a.depends_on(lp.var):
-                n *= lp.extent
-                continue
-            need = touched(tile[pos + 1:])
-            n *= 1 + (lp.extent - 1) * max(0.0, need - machine.vector_registers) / max(need, 1)
+            n *= lp.extent if a.depends_on(lp.var) else 1 + (lp.extent - 1) * over / need
         loads[key] = n
     return loads
 
@@ -461,10 +460,10 @@ def _licm_hoisted(stmt: Statement, loops: tuple[Loop, ...], tile_start: int, dis
 
 
 def _licm_reloads(stmt: Statement, tile: tuple[Loop, ...], hoisted: list[tuple], vec: Loop | None, hw: int,
-                  machine: Machine, distinct: Mapping[tuple, float]) -> dict[tuple, float]:
-    """Stack reloads, per execution of a register tile too large for the vector registers, of
-    the ``hoisted`` vectors (:func:`_licm_hoisted`), where TVM's vectors end in one lane past
-    a multiple of the machine's (17, 33, 49 floats on AVX-512).
+                  machine: Machine, distinct: Mapping[tuple, float], copies: int) -> dict[tuple, float]:
+    """Stack reloads, per execution of a register tile of ``copies`` statement copies too large
+    for the vector registers, of the ``hoisted`` vectors (:func:`_licm_hoisted`), where TVM's
+    vectors end in one lane past a multiple of the machine's (17, 33, 49 floats on AVX-512).
 
     For most widths LLVM reloads each spilled vector once where the tile first needs it, as
     many loads as had it not hoisted them; with a one-lane remainder, every use reads the
@@ -485,7 +484,6 @@ def _licm_reloads(stmt: Statement, tile: tuple[Loop, ...], hoisted: list[tuple],
                                                      and a.depends_on(lp.var))
                for a in stmt.accesses if a.write)
     spilled = min(1.0, max(0.0, held + own - machine.vector_registers) / held)
-    copies = math.prod(lp.extent for lp in tile if lp is not vec)
     accesses = {(a.buffer, a.indices, a.write): a for a in stmt.accesses}
     return {key: spilled * copies * _vector_cost(accesses[key], vec, hw) for key in hoisted}
 
