@@ -495,12 +495,12 @@ def _masked_accumulator_chain(stmt: Statement, writes: list[Access], vec: Loop |
     ``writes``: the statement's stores (at least one).
 
     A short loop LLVM vectorizes itself (not TVM), whose trip count no vector width from
-    :data:`~tuna.cpu.codegen.MIN_AUTO_LANES` lanes up divides, becomes one masked load,
-    operation and masked store per accumulator row on a machine with mask registers. LLVM keeps
+    :data:`~tuna.cpu.codegen.MIN_AUTO_LANES` lanes up divides, ends each accumulator row in a
+    masked load, operation and masked store on a machine with mask registers. LLVM keeps
     masked accesses in memory: across a rolled reduction loop around the register tile, each
     update loads what the last one stored. When the tile's rows lie closer together than a
-    vector's bytes, a row's masked load overlaps the previous row's masked store without lying
-    inside it, the store queue cannot forward it (the microbenchmark of
+    row's vectors cover (a whole number of vectors), a row's load overlaps the previous row's
+    masked store without lying inside it, the store queue cannot forward it (the microbenchmark of
     ``scripts/microbench/zen4_memory.c``), and the rows' updates wait for one another: on Zen
     4 a 1x1 conv2d whose 8 rows of 14 floats are updated so ran 20 times slower than with
     TVM's 14-lane vectors (MobileNetV2 pool, candidates 162 and 166). Rows further apart
@@ -533,7 +533,11 @@ def _masked_accumulator_chain(stmt: Statement, writes: list[Access], vec: Loop |
     fma = machine.latency.get("fma", 4)
     iterations = math.prod(lp.extent for lp in outside)
     updates = math.prod(lp.extent for lp in tile if lp is not vec and not write.depends_on(lp.var))
-    fails = bool(rows) and row_bytes < hw * write.dtype_bytes and ua.store_forward_fail_latency is not None
+    # A row's last, masked vector covers a whole vector's bytes: LLVM's 256-bit vectors on
+    # Emerald Rapids store a 14-float row as 8 lanes and a masked 8 (64 bytes), and the next
+    # row 56 bytes on overlaps it (tests/test_codegen_llvm.py).
+    footprint = math.ceil(vec.extent / hw) * hw * write.dtype_bytes
+    fails = bool(rows) and row_bytes < footprint and ua.store_forward_fail_latency is not None
     if fails and updates == 1:
         return iterations * math.prod(lp.extent for lp in rows) * (ua.store_forward_fail_latency + fma)
     return iterations * ((ua.store_forward_fail_latency if fails else ua.store_forward_latency) + fma * updates)

@@ -209,11 +209,15 @@ def _forwards(off: int, size: int, store: tuple, match: list[tuple[int, tuple]],
     in chunks (``ua.store_forward_chunk``) inside one chunk of that store, or, when wider than
     a chunk, starts on a chunk of it and every byte it reads was stored (Zen 4: a 64-byte load
     at +32 from two 64-byte stores forwards, a 32-byte load at +4 from one does not).
+    On a machine that forwards only aligned loads (``ua.store_forward_aligned``), a load
+    inside the store forwards at an offset into it that is a multiple of its own size.
     Otherwise the load waits until the store has left the queue.
     """
     start, length = store[1], store[2]
     chunk = ua.store_forward_chunk
     inside = start <= off and off + size <= start + length
+    if ua.store_forward_aligned:
+        return inside and (off - start) % size == 0
     if not chunk:
         return inside
     if size <= chunk:

@@ -124,11 +124,15 @@ class Uarch:
         Cycles from a store's data to a load of the same address.
     store_forward_fail_latency : float or None
         Cycles from a store's retirement to a load the store queue cannot forward to (a load
-        that straddles two stores, or a chunk boundary of one); None: every load that
-        overlaps a store is forwarded (no data on the machine's failures).
+        that straddles two stores, a chunk boundary of one, or sits inside one off its own
+        alignment where ``store_forward_aligned``); None: every load that overlaps a store is
+        forwarded (no data on the machine's failures).
     store_forward_chunk : int or None
         Bytes of the pieces a store forwards in (see
         :func:`tuna.cpu.simulator.dependencies.prepare_block`); None: the whole store.
+    store_forward_aligned : bool
+        Whether a load inside a store forwards only at an offset into it that is a multiple
+        of the load's own size (Golden Cove: a 16-byte load at +16 forwards, at +8 it fails).
     store_queue : int or None
         Stores in flight (store-queue entries); None: not known.
     store_alias_tolerated, store_alias_penalty : int, float or None
@@ -167,6 +171,7 @@ class Uarch:
     store_queue: int | None = None
     store_alias_tolerated: int | None = None
     store_alias_penalty: float | None = None
+    store_forward_aligned: bool = False
 
     def timing(self, klass: str, width: int = 64) -> ClassTiming:
         """Timing of ``klass`` at operand ``width`` bits (a class not known is an ALU op)."""
@@ -327,6 +332,7 @@ def load_uarch(name: str) -> Uarch:
             store_forward_latency=float(data.get("store_forward_latency", 5)),
             store_forward_fail_latency=_optional(data, "store_forward_fail_latency", float),
             store_forward_chunk=_optional(data, "store_forward_chunk", int),
+            store_forward_aligned=bool(data.get("store_forward_aligned", False)),
             schedulers=tuple(int(q["size"]) for q in scheds),
             port_scheduler=tuple(port_sched),
             table=MappingProxyType(table),
