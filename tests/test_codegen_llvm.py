@@ -288,7 +288,7 @@ def test_masked_rows_updated_several_times_are_all_loaded_before_any_is_stored_a
     counts = ir_tier.statement_counts(stmt, loops, m, frozenset(tvm_unrolled(kernel)))
     ua = simulator.uarch(preset)
     fma, iterations = m.latency["fma"], 4 * 8 * 16
-    # The rows lie 56 bytes apart, closer than a vector: a masked load waits for the last store.
+    # The rows lie 56 bytes apart, closer than the 64 bytes a row's vectors cover: a load waits for the last store.
     per_iteration = rows * (ua.store_forward_fail_latency + fma) if updates == 1 else (
         ua.store_forward_fail_latency + updates * fma)
     assert counts["chain"] == pytest.approx(iterations * per_iteration)
