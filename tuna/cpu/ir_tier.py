@@ -270,22 +270,16 @@ def statement_counts(
                 n *= lp.extent
         distinct[(acc.buffer, acc.indices, acc.write)] = n
         widths[(acc.buffer, acc.indices, acc.write)] = machine.width_cost(_access_lanes(acc, vec, hw), acc.dtype_bytes)
-    live = {}
-    for (buf, idx, _), n in distinct.items():
-        live[(buf, idx)] = max(live.get((buf, idx), 0), n)
-    registers = sum(live.values())
-    if machine.isa == "x86-64":  # one operand of each arithmetic instruction comes from memory
-        written = {(a.buffer, a.indices) for a in stmt.accesses if a.write}
-        registers -= max((n for key, n in live.items() if key not in written), default=0)
-    fits = registers <= machine.vector_registers
+    fits = _live_vectors(stmt, tile, vec, hw, machine) <= machine.vector_registers
     copies = math.prod(lp.extent for lp in tile if lp is not vec)
     # LLVM keeps the accumulators in registers across the loop around the tile (LICM's
     # promotion) while the tile is small enough, whether they fit or not.
     promoted = copies <= LICM_PROMOTION_COPIES
     licm: dict[tuple, float] = {}
+    rebuilt = by_tvm and _wide_odd(vl, hw)
     if not fits:
         hoisted = _licm_hoisted(stmt, loops, tile_start, distinct, homes, in_registers)
-        if hoisted and by_tvm and _wide_odd(vl, hw):
+        if hoisted and rebuilt:
             # LLVM builds hoisted vectors of such widths lane by lane before the loop: a scalar
             # load and an insert a lane (probes of 33-56 lanes in tests/test_codegen_llvm.py).
             vectors = sum(distinct[key] for key in hoisted) / vinstr
@@ -304,7 +298,6 @@ def statement_counts(
     # 7.7 and 13 times as often as the distinct vectors; in probes of 4 copies, 8-, 16- and
     # 32-lane ones were built once, 24- and 28-lane ones 2.3 to 4 times (tests/test_codegen_llvm.py).
     strided = {(a.buffer, a.indices, a.write) for a in stmt.accesses if vec is not None and strided_in(a, vec.var)}
-    rebuilt = by_tvm and _wide_odd(vl, hw)
     for (buf, idx, write), n in distinct.items():
         if buf in in_registers:
             continue
@@ -326,7 +319,7 @@ def statement_counts(
             counts["pipe_load"] += reloads * widths[(buf, idx, write)]
         # A vector of TVM's whose width is not a multiple of the machine's is moved in pieces
         # (registers hold it whole: the pieces change the memory instructions only, not
-        # ``registers``), joined by inserts or split by extracts (tests/test_codegen_llvm.py).
+        # :func:`_live_vectors`), joined by inserts or split by extracts (tests/test_codegen_llvm.py).
         split = pieces.get((buf, idx, write), vinstr)
         if split > vinstr:
             counts["lane_shuffles"] += n * (split - vinstr) / vinstr
@@ -399,6 +392,20 @@ def statement_counts(
 TINY_TRIP_COUNT = 16
 
 
+def _live_vectors(stmt: Statement, inner: tuple[Loop, ...], vec: Loop | None, hw: int, machine: Machine) -> int:
+    """Vector registers the distinct vectors of ``stmt``'s copies over the unrolled and
+    vectorized ``inner`` loops take (a value read and written counted once)."""
+    live: dict[tuple, int] = {}
+    for a in stmt.accesses:
+        n = _vector_cost(a, vec, hw) * math.prod(lp.extent for lp in inner if lp is not vec and a.depends_on(lp.var))
+        live[(a.buffer, a.indices)] = max(live.get((a.buffer, a.indices), 0), n)
+    need = sum(live.values())
+    if machine.isa == "x86-64":  # one operand of each arithmetic instruction comes from memory
+        written = {(a.buffer, a.indices) for a in stmt.accesses if a.write}
+        need -= max((n for key, n in live.items() if key not in written), default=0)
+    return need
+
+
 def _tile_loads(
     stmt: Statement, tile: tuple[Loop, ...], vec: Loop | None, hw: int, machine: Machine,
 ) -> dict[tuple, float]:
@@ -416,22 +423,9 @@ def _tile_loads(
     excess spilled and nothing hoisted, made 4,050.
     """
     accesses = {(a.buffer, a.indices, a.write): a for a in stmt.accesses}
-    written = {(a.buffer, a.indices) for a in stmt.accesses if a.write}
-
-    def touched(inner: tuple[Loop, ...]) -> float:
-        live: dict[tuple, int] = {}
-        for a in stmt.accesses:
-            n = _vector_cost(a, vec, hw) * math.prod(
-                lp.extent for lp in inner if lp is not vec and a.depends_on(lp.var))
-            live[(a.buffer, a.indices)] = max(live.get((a.buffer, a.indices), 0), n)
-        need = sum(live.values())
-        if machine.isa == "x86-64":  # one operand of each arithmetic instruction comes from memory
-            need -= max((n for key, n in live.items() if key not in written), default=0)
-        return need
-
     # Per tile loop, what one of its iterations touches: the part the registers cannot keep, and all.
     excess = [(max(0.0, need - machine.vector_registers), max(need, 1))
-              for need in (touched(tile[pos + 1:]) for pos in range(len(tile)))]
+              for need in (_live_vectors(stmt, tile[pos + 1:], vec, hw, machine) for pos in range(len(tile)))]
     loads = {}
     for key, a in accesses.items():
         n = float(_vector_cost(a, vec, hw))
