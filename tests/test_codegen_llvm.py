@@ -350,6 +350,48 @@ def test_loads_invariant_in_a_rolled_loop_reach_the_cache_once_before_it_as_in_l
 
 
 
+def _invariant_operand(cols: int, taps: int) -> tvm.IRModule:
+    """A rolled loop of 7 output columns around ``cols`` x ``taps`` unrolled updates of
+    32-lane vectors: the ``cols`` x 2 accumulators and the ``taps`` inputs broadcast fit the
+    registers, the ``cols`` x ``taps`` x 2 weight vectors, the same in every column, may not
+    (a conv2d's tile with the output channels and the window unrolled)."""
+    return parse_tvmscript(f'''
+# from tvm.script import tirx as T
+@T.prim_func(s_tir=True)
+def main(A: T.Buffer((16, 64), "float32"), W: T.Buffer(({taps}, {cols * 32}), "float32"),
+         C: T.Buffer((16, 7, {cols * 32}), "float32")):
+    T.func_attr({{"tirx.noalias": True}})
+    for p in T.parallel(16):
+        for w in range(7):
+            for c in T.unroll({cols}):
+                for r in T.unroll({taps}):
+                    for x in T.vectorized(32):
+                        with T.sblock("u"):
+                            C[p, w, c * 32 + x] = C[p, w, c * 32 + x] + A[p, w + r] * W[r, c * 32 + x]
+''', "invariant_operand")
+
+
+@pytest.mark.parametrize("preset", ["zen4", "emeraldrapids"])
+@pytest.mark.parametrize(("cols", "taps"), [(1, 9), (2, 9), (4, 9)])
+def test_an_invariant_operand_too_large_for_the_registers_is_reloaded_at_each_use_as_in_llvm(cols, taps, preset):
+    m = machine.preset(preset)
+    mod = _invariant_operand(cols, taps)
+    body = _hottest_loop(tvm.compile(mod, target=tvm_target(m)).mod.inspect_source("s").splitlines())
+    instructions = [line.split(None, 1) for line in body if line.startswith("\t") and len(line.split(None, 1)) == 2]
+    fmas = sum("vfmadd" in op for op, _ in instructions)
+    memory = [(op, args) for op, args in instructions if "(%" in args and not op.startswith(("lea", "prefetch"))]
+    loads = sum(op.startswith("vfmadd") or not args.rstrip().endswith(")") for op, args in memory)
+    # 18 weight vectors fit beside the rest and are hoisted out of the columns' loop; of 36
+    # and 72, LLVM hoists them all the same, spills what does not fit and reads it from the
+    # stack at each use (ResNet-50's conv2d candidates, docs/bench/emr-heldout4-pools C2D-3 #177:
+    # 50 of a 72-FMA loop's operands from the stack).
+    assert fmas == cols * taps * 2 and any("(%rsp)" in args for _, args in memory) == (cols > 1)
+    kernel = integration.kernel_from_module(mod)
+    ((stmt, loops),) = list(walk(kernel.body))
+    counts = ir_tier.statement_counts(stmt, loops, m, frozenset(tvm_unrolled(kernel)))
+    assert counts["load"] / counts["fma"] == pytest.approx(loads / fmas, rel=0.3)
+
+
 def _rows(width: int, offset: int) -> tvm.IRModule:
     """C[r, :] = A[r, o:] * B[r, o:] + 1 over a rolled loop of 64 rows, each row one TVM
     vector of ``width`` lanes, rows 72 elements apart (no two rows' pieces touch) and the
@@ -516,35 +558,30 @@ def main(A: T.Buffer((64, {12 * copies}, {16 * trips}), "float32"), W: T.Buffer(
 
 
 #: (trips, copies, whether LLVM unrolls the short loop) for :func:`_around_unrolled`, TVM 0.27's
-#: LLVM for zen4 and emeraldrapids alike: completely while the loop's trips x copies x 4
-#: updates come to 192 or fewer, not from 224 on (7 x 8 x 4; Zen 4 then unrolls by two), far
-#: past its usual full-unroll size: trip counts up to 10 get up to 4 times the
-#: threshold where unrolling simplifies the body (-unroll-max-iteration-count-to-analyze,
-#: -unroll-max-percent-threshold-boost).
+#: LLVM for zen4 and emeraldrapids alike: far past its usual full-unroll size (2 x 96 updates
+#: unrolled; a trip count up to 10 gets its simplified size analysed), but not by the statement
+#: count alone: 5 x 10 x 4 updates unrolled, 10 x 5 x 4 not (each iteration re-reads 5 rows of A
+#: and updates 4 of C: 10 x 33 simplified instructions against 5 x 58).
 _SHORT_LOOPS = [(2, 4, True), (3, 4, True), (2, 12, True), (2, 24, True), (4, 12, True), (7, 4, True),
+                (10, 4, True), (5, 10, True), (10, 5, False),
                 (2, 32, False), (3, 24, False), (4, 16, False)]
 
 
 @pytest.mark.parametrize("preset", ["zen4", "emeraldrapids"])
 @pytest.mark.parametrize(("trips", "copies", "unrolled"), _SHORT_LOOPS)
-def test_llvm_unrolls_a_short_loop_around_an_unrolled_body_up_to_a_boosted_size(trips, copies, unrolled, preset):
+def test_llvm_unrolls_a_short_loop_around_an_unrolled_body_up_to_its_simplified_size(trips, copies, unrolled, preset):
     mod = _around_unrolled(trips, copies)
     asm = tvm.compile(mod, target=tvm_target(machine.preset(preset))).mod.inspect_source("s").splitlines()
     body = _hottest_loop(asm)
     assert (sum("vfmadd" in line for line in body) == trips * copies * 4) == unrolled
 
 
-# The model keeps the usual threshold for every trip count. What that costs: a MobileNetV2
-# 1 x 1 conv2d's candidates with a rolled 2-iteration loop around 12 x 4 such updates were
-# predicted as fast as the pool's best and ran 9.8 times slower (docs/bench/emr-heldout6-pools,
-# mobilenetv2-fused_conv2d10_add8 #140): LLVM unrolled the loop, kept the 8 accumulators across
-# the reduction and, an epilogue reading them as 28-lane vectors, carried them lane by lane.
-_SHORT_LOOP_MISS = pytest.mark.xfail(strict=True, reason="LLVM's threshold boost for short loops is not modelled")
-_SHORT_LOOP_MISSES = {(2, 12), (2, 24), (4, 12), (7, 4)}
-
-
-@pytest.mark.parametrize(("trips", "copies", "unrolled"), [
-    pytest.param(*case, marks=_SHORT_LOOP_MISS) if case[:2] in _SHORT_LOOP_MISSES else case for case in _SHORT_LOOPS])
+# Missing this cost much: a MobileNetV2 1 x 1 conv2d's candidates with a rolled 2-iteration
+# loop around 12 x 4 updates were predicted as fast as the pool's best and ran 9.8 times slower
+# (docs/bench/emr-heldout6-pools, mobilenetv2-fused_conv2d10_add8 #140): LLVM unrolled the loop,
+# kept the 8 accumulators across the reduction and, an epilogue reading them as 28-lane
+# vectors, carried them lane by lane.
+@pytest.mark.parametrize(("trips", "copies", "unrolled"), _SHORT_LOOPS)
 def test_the_model_unrolls_a_short_loop_around_an_unrolled_body_as_llvm(trips, copies, unrolled):
     zen4 = machine.preset("zen4")
     kernel = integration.kernel_from_module(_around_unrolled(trips, copies))

@@ -5,7 +5,9 @@ loops: vectorized loops become vector instructions of the target's width, and LL
 unrolling and auto-vectorization are applied to the loops TVM left serial
 (:func:`tuna.cpu.codegen.codegen_loops`); the innermost unrolled and vectorized loops form a
 register tile in which each distinct vector is loaded once; loads invariant in the loops just
-outside the tile are hoisted while the tile fits in the vector registers. A tile that does not
+outside the tile are hoisted while the tile fits in the vector registers (on x86, the part of the
+operand read from memory that the registers cannot also hold is reloaded from the stack at each
+use). A tile that does not
 fit reloads what an iteration of its loops cannot keep (:func:`_tile_loads`), and LICM still
 hoists what the rolled loop around it does not vary (:func:`_licm_hoisted`). Statements whose
 values do not change in a rolled loop count once for it (LICM,
@@ -270,7 +272,11 @@ def statement_counts(
                 n *= lp.extent
         distinct[(acc.buffer, acc.indices, acc.write)] = n
         widths[(acc.buffer, acc.indices, acc.write)] = machine.width_cost(_access_lanes(acc, vec, hw), acc.dtype_bytes)
-    fits = _live_vectors(stmt, tile, vec, hw, machine) <= machine.vector_registers
+    need, in_memory, memory_vectors = _register_demand(stmt, tile, vec, hw, machine)
+    fits = need <= machine.vector_registers
+    # The operand read from memory, hoisted out of the rolled loop, needs registers the tile
+    # may not have: LLVM spills what does not fit and reloads it at each use.
+    spilled = max(0, need + memory_vectors - machine.vector_registers) / max(memory_vectors, 1)
     copies = math.prod(lp.extent for lp in tile if lp is not vec)
     # LLVM keeps the accumulators in registers across the loop around the tile (LICM's
     # promotion) while the tile is small enough, whether they fit or not.
@@ -309,6 +315,10 @@ def statement_counts(
         for pos in range(len(outside) - 1, -1, -1):
             lp = outside[pos]
             if hoisting and pos >= inner_to and not any(ix.depends_on(lp.var) for ix in idx):
+                if fits and (buf, idx) == in_memory and spilled:
+                    n *= 1 + (lp.extent - 1) * spilled
+                    hoisting = False
+                    continue
                 hoisting = fits  # LICM alone hoists out of the innermost rolled loop only
                 continue
             hoisting = False
@@ -395,15 +405,25 @@ TINY_TRIP_COUNT = 16
 def _live_vectors(stmt: Statement, inner: tuple[Loop, ...], vec: Loop | None, hw: int, machine: Machine) -> int:
     """Vector registers the distinct vectors of ``stmt``'s copies over the unrolled and
     vectorized ``inner`` loops take (a value read and written counted once)."""
+    return _register_demand(stmt, inner, vec, hw, machine)[0]
+
+
+def _register_demand(
+    stmt: Statement, inner: tuple[Loop, ...], vec: Loop | None, hw: int, machine: Machine,
+) -> tuple[int, tuple | None, int]:
+    """:func:`_live_vectors`, the read (buffer, subscripts) whose vectors it leaves in memory
+    and their number: on x86 one operand of each arithmetic instruction is read from memory,
+    the largest group of vectors the statement does not write (None, 0 elsewhere)."""
     live: dict[tuple, int] = {}
     for a in stmt.accesses:
         n = _vector_cost(a, vec, hw) * math.prod(lp.extent for lp in inner if lp is not vec and a.depends_on(lp.var))
         live[(a.buffer, a.indices)] = max(live.get((a.buffer, a.indices), 0), n)
     need = sum(live.values())
-    if machine.isa == "x86-64":  # one operand of each arithmetic instruction comes from memory
-        written = {(a.buffer, a.indices) for a in stmt.accesses if a.write}
-        need -= max((n for key, n in live.items() if key not in written), default=0)
-    return need
+    if machine.isa != "x86-64":
+        return need, None, 0
+    written = {(a.buffer, a.indices) for a in stmt.accesses if a.write}
+    operand = max((key for key in live if key not in written), key=live.get, default=None)
+    return need - live.get(operand, 0), operand, live.get(operand, 0)
 
 
 def _tile_loads(
