@@ -383,8 +383,8 @@ def test_an_invariant_operand_too_large_for_the_registers_is_reloaded_at_each_us
     loads = sum(op.startswith("vfmadd") or not args.rstrip().endswith(")") for op, args in memory)
     # 18 weight vectors fit beside the rest and are hoisted out of the columns' loop; of 36
     # and 72, LLVM hoists them all the same, spills what does not fit and reads it from the
-    # stack at each use (ResNet-50's conv2d candidates, docs/bench/emr-heldout4-pools C2D-3 #177:
-    # 50 of a 72-FMA loop's operands from the stack).
+    # stack at each use (a conv2d's candidate, docs/bench/emr-heldout4-pools C2D-3 #177: 50 of
+    # its 72-FMA loop's operands read the stack).
     assert fmas == cols * taps * 2 and any("(%rsp)" in args for _, args in memory) == (cols > 1)
     kernel = integration.kernel_from_module(mod)
     ((stmt, loops),) = list(walk(kernel.body))
