@@ -310,7 +310,7 @@ def _simplified_size(stmt: Statement, loops: tuple[Loop, ...], pos: int, lanes: 
     Compiling MetaSchedule's candidates of 59 Emerald Rapids pools (TVM 0.27) and finding the
     FMAs of their hottest loop, this size within :data:`FULL_UNROLL_SIZE` told which of 744
     short loops around unrolled bodies LLVM unrolled completely in 73% of the cases (the
-    statement's size alone in 43%); it gets all the probes in ``tests/test_codegen_llvm.py``
+    statement's size alone in 45%); it gets all the probes in ``tests/test_codegen_llvm.py``
     right, 2 x 96 updates unrolled and 10 x 20 not.
     """
     lp, inner = loops[pos], loops[pos + 1 :]

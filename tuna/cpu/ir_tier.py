@@ -7,9 +7,9 @@ unrolling and auto-vectorization are applied to the loops TVM left serial
 register tile in which each distinct vector is loaded once; loads invariant in the loops just
 outside the tile are hoisted while the tile fits in the vector registers (on x86, the part of the
 operand read from memory that the registers cannot also hold is reloaded from the stack at each
-use). A tile that does not
-fit reloads what an iteration of its loops cannot keep (:func:`_tile_loads`), and LICM still
-hoists what the rolled loop around it does not vary (:func:`_licm_hoisted`). Statements whose
+use). A tile that does not fit reloads what an iteration of its loops cannot keep
+(:func:`_tile_loads`), and LICM still hoists what the rolled loop around it does not vary
+(:func:`_licm_hoisted`). Statements whose
 values do not change in a rolled loop count once for it (LICM,
 :func:`tuna.cpu.codegen.hoisted_loops`). Accumulators TVM vectorized at a width that is not a
 power of two, kept in registers over a rolled loop, are carried lane by lane (LLVM scalarizes
