@@ -324,6 +324,24 @@ def _hottest_loop(asm: list[str]) -> list[str]:
     return asm[start:end]
 
 
+def _instructions(body: list[str]) -> list[tuple[str, str]]:
+    """(mnemonic, operands) of the instructions of an AT&T listing."""
+    return [line.split(None, 1) for line in body if line.startswith("\t") and len(line.split(None, 1)) == 2]
+
+
+def _memory_operands(body: list[str]) -> list[tuple[str, str]]:
+    """The instructions of a listing that access memory (not address arithmetic or
+    prefetches); a store's memory operand is its last."""
+    return [(op, args) for op, args in _instructions(body) if "(%" in args and not op.startswith(("lea", "prefetch"))]
+
+
+def _fmas_and_loads(body: list[str]) -> tuple[int, int, list[tuple[str, str]]]:
+    """FMAs of a listing, its loads (FMAs' memory operands included) and its memory accesses."""
+    memory = _memory_operands(body)
+    loads = sum(op.startswith("vfmadd") or not args.rstrip().endswith(")") for op, args in memory)
+    return sum("vfmadd" in op for op, _ in _instructions(body)), loads, memory
+
+
 def test_loads_invariant_in_a_rolled_loop_reach_the_cache_once_before_it_as_in_llvm():
     zen4 = machine.preset("zen4")
     mod = _broadcasts(9, 7)
@@ -377,10 +395,7 @@ def test_an_invariant_operand_too_large_for_the_registers_is_reloaded_at_each_us
     m = machine.preset(preset)
     mod = _invariant_operand(cols, taps)
     body = _hottest_loop(tvm.compile(mod, target=tvm_target(m)).mod.inspect_source("s").splitlines())
-    instructions = [line.split(None, 1) for line in body if line.startswith("\t") and len(line.split(None, 1)) == 2]
-    fmas = sum("vfmadd" in op for op, _ in instructions)
-    memory = [(op, args) for op, args in instructions if "(%" in args and not op.startswith(("lea", "prefetch"))]
-    loads = sum(op.startswith("vfmadd") or not args.rstrip().endswith(")") for op, args in memory)
+    fmas, loads, memory = _fmas_and_loads(body)
     # 18 weight vectors fit beside the rest and are hoisted out of the columns' loop; of 36
     # and 72, LLVM hoists them all the same, spills what does not fit and reads it from the
     # stack at each use (a conv2d's candidate, docs/bench/emr-heldout4-pools C2D-3 #177: 50 of
@@ -422,12 +437,12 @@ def test_vectors_of_widths_the_machine_lacks_are_moved_in_pieces_as_in_llvm(widt
     zen4 = machine.preset("zen4")
     mod = _rows(width, offset)
     body = _hottest_loop(tvm.compile(mod, target=tvm_target(zen4)).mod.inspect_source("s").splitlines())
-    instructions = [line.split(None, 1) for line in body if line.startswith("\t") and len(line.split(None, 1)) == 2]
-    memory = [args for op, args in instructions if "(%" in args and not op.startswith(("lea", "prefetch"))]
+    fmas, _, accesses = _fmas_and_loads(body)
+    memory = [args for _, args in accesses]
     stores = sum(args.rstrip().endswith(")") for args in memory)  # AT&T: the destination is last
     loads = len(memory) - stores  # with those folded into the FMA as its memory operand
     vectors = math.ceil(width / 16)
-    rows = sum("vfmadd" in op for op, _ in instructions) / vectors  # (LLVM unrolls the rows or not)
+    rows = fmas / vectors  # (LLVM unrolls the rows or not)
     reads, writes = _PIECES[width]
     read = reads[[1, 2, 4, 0].index(offset)]
     assert (loads / rows / 2, stores / rows) == (read, writes)
@@ -467,10 +482,7 @@ def test_vectors_hoisted_out_of_a_loop_around_an_oversized_tile_are_reloaded_as_
     mod = _oversized_tile(width)
     asm = tvm.compile(mod, target=tvm_target(zen4)).mod.inspect_source("s").splitlines()
     body = _hottest_loop(asm)
-    instructions = [line.split(None, 1) for line in body if line.startswith("\t") and len(line.split(None, 1)) == 2]
-    fmas = sum("vfmadd" in op for op, _ in instructions)
-    memory = [(op, args) for op, args in instructions if "(%" in args and not op.startswith(("lea", "prefetch"))]
-    loads = sum(op.startswith("vfmadd") or not args.rstrip().endswith(")") for op, args in memory)
+    fmas, loads, _ = _fmas_and_loads(body)
     # LICM hoists the 32 input vectors out of the rows' loop and spills them; with one lane
     # past a multiple of 16, every use reloads them from the stack, else each is reloaded once.
     one_lane = width % 16 == 1
@@ -520,9 +532,8 @@ def test_accumulators_of_large_tiles_are_kept_across_the_loop_only_in_small_bodi
     zen4 = machine.preset("zen4")
     mod = _conv_tile(updates)
     body = _hottest_loop(tvm.compile(mod, target=tvm_target(zen4)).mod.inspect_source("s").splitlines())
-    instructions = [line.split(None, 1) for line in body if line.startswith("\t") and len(line.split(None, 1)) == 2]
-    stores = [args for op, args in instructions
-              if "(%" in args and args.rstrip().endswith(")") and not op.startswith(("vfmadd", "lea", "prefetch"))]
+    stores = [args for op, args in _memory_operands(body)
+              if args.rstrip().endswith(")") and not op.startswith("vfmadd")]
     # 112 copies: LLVM keeps the 56 accumulators across the rolled loop (LICM's promotion),
     # lane by lane and spilled; 448 copies: stored to their buffer in every iteration.
     promoted = updates == 2

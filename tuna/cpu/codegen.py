@@ -289,11 +289,12 @@ def _llvm_unrolling(
         if lp.kind != LoopKind.SERIAL and lp.var not in unrolled:
             break
         region.append(pos)
-        body = size + sum(cost for a, cost in strided.items() if a.depends_on(lp.var))
+        lane_by_lane = sum(cost for a, cost in strided.items() if a.depends_on(lp.var))
+        body = size + lane_by_lane
         if lp.var not in unrolled:
             if body * lp.extent > FULL_UNROLL_SIZE and (
                 lp.extent > MAX_ANALYZED_TRIPS
-                or _simplified_size(stmt, loops, pos, lanes) + (body - size) * lp.extent > FULL_UNROLL_SIZE
+                or _simplified_size(stmt, loops, pos, lanes) + lane_by_lane * lp.extent > FULL_UNROLL_SIZE
             ):
                 break  # the innermost loop LLVM keeps rolled
             full.add(pos)

@@ -9,9 +9,8 @@ outside the tile are hoisted while the tile fits in the vector registers (on x86
 operand read from memory that the registers cannot also hold is reloaded from the stack at each
 use). A tile that does not fit reloads what an iteration of its loops cannot keep
 (:func:`_tile_loads`), and LICM still hoists what the rolled loop around it does not vary
-(:func:`_licm_hoisted`). Statements whose
-values do not change in a rolled loop count once for it (LICM,
-:func:`tuna.cpu.codegen.hoisted_loops`). Accumulators TVM vectorized at a width that is not a
+(:func:`_licm_hoisted`). Statements whose values do not change in a rolled loop count once for
+it (LICM, :func:`tuna.cpu.codegen.hoisted_loops`). Accumulators TVM vectorized at a width that is not a
 power of two, kept in registers over a rolled loop, are carried lane by lane (LLVM scalarizes
 such loop-carried vectors: :data:`SCALARIZED_LANE_INSTRUCTIONS`). Vectors TVM reads at a stride
 are built lane by lane, and LLVM builds those of such widths anew for every copy of the
