@@ -545,6 +545,43 @@ def test_accumulators_of_large_tiles_are_kept_across_the_loop_only_in_small_bodi
     assert (counts["lane_moves"] > 0) == promoted
 
 
+def _promoted_tile(rows: int, cols: int) -> tvm.IRModule:
+    """A rolled reduction loop around ``rows`` x ``cols`` unrolled updates of 16-lane accumulators
+    (C[i, j * 16 : j * 16 + 16]), more than 32 vector registers hold but few enough copies for
+    LICM to promote them across the loop."""
+    return parse_tvmscript(f'''
+# from tvm.script import tirx as T
+@T.prim_func(s_tir=True)
+def main(A: T.Buffer((64, 256, {rows}), "float32"), W: T.Buffer((256, {cols * 16}), "float32"),
+         C: T.Buffer((64, {rows}, {cols * 16}), "float32")):
+    T.func_attr({{"tirx.noalias": True}})
+    for p in T.parallel(64):
+        for k in range(256):
+            for i in T.unroll({rows}):
+                for j in T.unroll({cols}):
+                    for v in T.vectorized(16):
+                        with T.sblock("u"):
+                            C[p, i, j * 16 + v] = C[p, i, j * 16 + v] + A[p, k, i] * W[k, j * 16 + v]
+''', "promoted_tile")
+
+
+@pytest.mark.parametrize("preset", ["zen4", "emeraldrapids"])
+@pytest.mark.parametrize(("rows", "cols"), [(8, 4), (12, 4), (7, 6), (20, 2)])
+def test_promoted_accumulators_beyond_the_registers_are_spilled_in_part_as_in_llvm(rows, cols, preset):
+    target = machine.preset(preset)
+    mod = _promoted_tile(rows, cols)
+    body = _hottest_loop(tvm.compile(mod, target=tvm_target(target)).mod.inspect_source("s").splitlines())
+    fmas, _, memory = _fmas_and_loads(body)
+    stores = [args for op, args in memory if args.rstrip().endswith(")") and not op.startswith("vfmadd")]
+    # LLVM keeps the 32-48 accumulators in registers across k and spills some to the stack:
+    # 0.34-0.73 of the updates store there (TVM 0.27), none to C.
+    assert fmas == rows * cols and stores and all("(%rsp)" in args for args in stores)
+    kernel = integration.kernel_from_module(mod)
+    ((stmt, loops),) = [(s, lps) for s, lps in walk(kernel.body) if s.op_count("fma")]
+    counts = ir_tier.statement_counts(stmt, loops, target, frozenset(tvm_unrolled(kernel)))
+    assert counts["store"] / counts["fma"] == pytest.approx(len(stores) / fmas, rel=0.3)
+
+
 def _around_unrolled(trips: int, copies: int) -> tvm.IRModule:
     """A rolled loop ``t`` of ``trips`` iterations around ``copies`` x 4 updates of 16-lane TVM
     vectors that TVM unrolls (``T.unroll``), inside a rolled reduction loop: MetaSchedule's
