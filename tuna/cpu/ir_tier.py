@@ -317,6 +317,7 @@ def statement_counts(
     # 7.7 and 13 times as often as the distinct vectors; in probes of 4 copies, 8-, 16- and
     # 32-lane ones were built once, 24- and 28-lane ones 2.3 to 4 times (tests/test_codegen_llvm.py).
     strided = {(a.buffer, a.indices, a.write) for a in stmt.accesses if vec is not None and strided_in(a, vec.var)}
+    tile_runs = math.prod(lp.extent for lp in outside)  # executions of the register tile
     for (buf, idx, write), n in distinct.items():
         if buf in in_registers:
             continue
@@ -338,11 +339,11 @@ def statement_counts(
             hoisting = False
             n *= lp.extent
         if kept.get((buf, idx, write)):  # the spilled accumulators, moved at every update
-            moved = kept[(buf, idx, write)] * math.prod(lp.extent for lp in outside)
+            moved = kept[(buf, idx, write)] * tile_runs
             counts["store" if write else "load"] += moved
             counts["pipe_store" if write else "pipe_load"] += moved * widths[(buf, idx, write)]
         if (buf, idx, write) in licm:  # reloaded from the stack where it is used
-            reloads = licm[(buf, idx, write)] * math.prod(lp.extent for lp in outside)
+            reloads = licm[(buf, idx, write)] * tile_runs
             counts["load"] += reloads
             counts["pipe_load"] += reloads * widths[(buf, idx, write)]
         # A vector of TVM's whose width is not a multiple of the machine's is moved in pieces
