@@ -614,7 +614,8 @@ def _conv_rows(width: int, row: int, tvm_vectorized: bool = False):
     return stmt, (Loop("c", 32, LoopKind.SERIAL, ()), x, Loop("f", 8, LoopKind.UNROLLED, ()))
 
 
-@pytest.mark.parametrize(("preset", "fail", "forward"), [("zen4", 26, 7), ("emeraldrapids", 25, 5)])
+@pytest.mark.parametrize(("preset", "fail", "forward"), [("zen4", 26, 7), ("emeraldrapids", 25, 5),
+                                                        ("graniterapids", 23, 5)])
 def test_masked_accumulator_rows_chain_through_memory(preset, fail, forward):
     # LLVM vectorizes the 14-wide x loop itself with a mask; the masked rows stay in memory
     # across c, and rows 56 bytes apart overlap each other's 64-byte stores: every update

@@ -268,6 +268,24 @@ def test_invalid_toml_in_a_data_file_is_a_target_error_naming_the_file(monkeypat
         machine.presets.cache_clear()
 
 
+@pytest.mark.parametrize("lender", ["a100", "no-such-preset"])
+def test_a_preset_borrows_coefficients_only_from_a_preset_of_its_kind(monkeypatch, lender):
+    real = machine.read_toml
+
+    def lending(entry, what, error):
+        data = real(entry, what, error)
+        return {**data, "coefficients_from": lender} if entry.name == "graniterapids.toml" else data
+
+    monkeypatch.setattr(machine, "read_toml", lending)
+    machine.presets.cache_clear()
+    try:
+        with pytest.raises(TargetError, match=rf"graniterapids\.toml: coefficients_from '{lender}' is no cpu preset"):
+            machine.presets()
+    finally:
+        monkeypatch.undo()
+        machine.presets.cache_clear()
+
+
 # ---------------------------------------------------------------------------------------------
 # End to end: offline tuning for the targets a first-hour user writes
 # ---------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from tuna import bench
+from tuna.bench import records
 from tuna.errors import TunaError
 from tuna.machine import preset
 
@@ -110,6 +111,15 @@ def test_pools_carry_their_family_and_machine():
      "emeraldrapids", "emeraldrapids (2 TVM threads)"),
     ({"model_name": "Intel(R) Xeon(R) Platinum 8488C", "cpu_family": "6", "cpu_model": "143"}, None,  # Sapphire
      "Intel(R) Xeon(R) Platinum 8488C (family 6, model 143)"),  # Rapids: its preset is a 48-core instance
+    ({"model_name": "Intel(R) Xeon(R) 6972P", "cpu_family": "6", "cpu_model": "173"}, "graniterapids",
+     "graniterapids"),
+    # The Granite Rapids guest shows Rocket Lake's model number: AMX and a 64 KiB L1i say what it is.
+    ({"model_name": "Intel(R) Xeon(R) Processor", "cpu_family": "6", "cpu_model": "167", "amx": True,
+      "l1i_kib": 64}, "graniterapids", "graniterapids"),
+    ({"model_name": "Intel(R) Xeon(R) Processor", "cpu_family": "6", "cpu_model": "167", "amx": True,
+      "l1i_kib": 32}, None, "Intel(R) Xeon(R) Processor (family 6, model 167)"),  # masked, core unknown
+    ({"model_name": "11th Gen Intel(R) Core(TM) i9-11900K", "cpu_family": "6", "cpu_model": "167", "amx": False,
+      "l1i_kib": 32}, None, "11th Gen Intel(R) Core(TM) i9-11900K (family 6, model 167)"),  # Rocket Lake itself
     ({"preset": "zen4"}, "zen4", "zen4"),
     ({"device": "NVIDIA A100"}, None, "NVIDIA A100"),
     ({}, None, "unrecorded"),
@@ -121,7 +131,13 @@ def test_preset_of_a_machine_record(info, preset_name, key):
 
 def test_this_machine_is_recorded_with_its_microcode():
     info = bench.machine_info()
-    assert {"model_name", "cores", "microcode"} <= set(info)
+    assert {"model_name", "cores", "microcode", "amx"} <= set(info)
+
+
+@pytest.mark.parametrize(("text", "kib"), [("128 KiB (2 instances)", 64), ("32 KiB (1 instance)", 32),
+                                           ("2 MiB (2 instances)", 1024), ("48 KiB", 48), ("", None)])
+def test_lscpu_cache_sizes_are_read_per_instance(text, kib):
+    assert records._per_instance_kib(text) == kib
 
 
 def test_pools_of_two_machines_are_not_mixed_unless_asked():

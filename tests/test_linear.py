@@ -60,7 +60,7 @@ def test_fit_holds_measured_coefficients_and_fits_the_rest():
     assert shipped == pytest.approx(linear.launch_cycles(zen4), rel=1e-5)
 
 
-@pytest.mark.parametrize("name", ["zen4", "emeraldrapids"])
+@pytest.mark.parametrize("name", ["zen4", "emeraldrapids", "graniterapids"])
 def test_each_cpu_coefficient_file_names_its_pools_and_holds_its_machines_launch_cost(name):
     mach = machine.preset(name)
     for tier in ("ir", "full"):
@@ -68,6 +68,21 @@ def test_each_cpu_coefficient_file_names_its_pools_and_holds_its_machines_launch
         assert coeffs.fitted_on, f"{name}.toml [{tier}] names no pools"
         # the launch term is the preset's measured parallel region, never another machine's
         assert coeffs.values["launches"] == pytest.approx(linear.launch_cycles(mach), rel=1e-3)
+
+
+def test_a_preset_without_pools_of_its_own_borrows_a_files_coefficients_but_not_its_cycle_costs():
+    gnr, emr = machine.preset("graniterapids"), machine.preset("emeraldrapids")
+    assert gnr.coefficients_from == "emeraldrapids"
+    for tier in ("ir", "full"):
+        borrowed, lender = linear.coefficients(gnr, tier), linear.coefficients(emr, tier)
+        assert borrowed.source == "tuna/data/coeffs/emeraldrapids.toml" and borrowed.fitted_on == lender.fitted_on
+        assert borrowed.values["compute_cycles"] == lender.values["compute_cycles"]
+        # the parallel region is a cost of the machine itself, in its own cycles; so is a library
+        # call where the file holds it at its machine's value (the IR tier's), not where it fits it
+        assert borrowed.values["launches"] == pytest.approx(linear.launch_cycles(gnr))
+        assert borrowed.values["launches"] != pytest.approx(lender.values["launches"])
+        calls = linear.default_coefficients(gnr, tier).values["calls"] if tier == "ir" else lender.values["calls"]
+        assert borrowed.values["calls"] == calls
 
 
 def test_coefficient_files_round_trip_and_reject_unknown_terms():

@@ -340,9 +340,10 @@ def _zmm_load(dst: int, disp: int) -> Instruction:
 
 #: Measured gathers (scripts/microbench/zen4_memory.<machine>.txt): the cycles of four 16-element
 #: gathers in a row (zen4: 17.8-27.6 each, the file's 18 at the low end; emeraldrapids: 6.3-19.2,
-#: the file's 10, the median) and what a gather adds beside four 512-bit loads (zen4: 21.5-29.5
-#: against 4.2-7.3 alone; emeraldrapids: 10.0-28.7 against 3.8-5.2).
-_GATHERS = {"zen4": ((64, 80), (16, 24)), "emeraldrapids": ((36, 48), (9, 16))}
+#: the file's 10, the median; graniterapids: 6.1) and what a gather adds beside four 512-bit loads
+#: (zen4: 21.5-29.5 against 4.2-7.3 alone; emeraldrapids: 10.0-28.7 against 3.8-5.2;
+#: graniterapids: 7.9-8.0 against 3.4-3.5).
+_GATHERS = {"zen4": ((64, 80), (16, 24)), "emeraldrapids": ((36, 48), (9, 16)), "graniterapids": ((20, 30), (4, 10))}
 
 
 @pytest.mark.parametrize("preset", sorted(_GATHERS))
@@ -364,15 +365,17 @@ def test_a_preset_whose_data_file_gives_no_gather_timing_keeps_one_vector_loads(
 
 
 #: Two 64-byte stores and a load of B bytes at +O from the first, as measured on each preset
-#: (scripts/microbench/zen4_memory.c; zen4_memory.zen4.txt, zen4_memory.emr.txt): forwarded
-#: (3-7 cycles an iteration) or not (20-30). (preset, size, offset, forwarded)
+#: (scripts/microbench/zen4_memory.c; zen4_memory.zen4.txt, zen4_memory.emr.txt,
+#: zen4_memory.gnr.txt): forwarded (2-7 cycles an iteration) or not (20-30). (preset, size,
+#: offset, forwarded)
 _FORWARDING = [
     *(("zen4", *case) for case in [
         (64, 0, True), (64, 8, False), (64, 28, False), (64, 32, True), (64, 36, False), (64, 64, True),
         (32, 4, False), (32, 32, True), (16, 4, True), (16, 16, True), (16, 20, False), (8, 24, True),
         (8, 28, False), (8, 60, False), (4, 4, True), (4, 60, True)]),
-    # Golden Cove forwards a load inside the store only at a multiple of its own size.
-    *(("emeraldrapids", *case) for case in [
+    # Golden Cove, and Redwood Cove after it, forward a load inside the store only at a multiple
+    # of its own size (the same cases measured on both).
+    *((preset, *case) for preset in ("emeraldrapids", "graniterapids") for case in [
         (64, 0, True), (64, 8, False), (64, 28, False), (64, 32, False), (64, 36, False), (64, 64, True),
         (32, 4, False), (32, 32, True), (32, 36, False), (16, 4, False), (16, 16, True), (16, 20, False),
         (16, 48, True), (8, 8, True), (8, 24, True), (8, 28, False), (8, 60, False), (4, 4, True), (4, 60, True)]),
@@ -403,7 +406,8 @@ def test_store_forwarding_as_measured(preset, size, offset, forwarded):
 
 
 #: A load at the start of stores narrower than it (scripts/microbench/zen4_memory.c; on Zen 4
-#: checked after the rule was written): stores, load, and whether Zen 4 and Emerald Rapids forward.
+#: checked after the rule was written): stores, load, and whether Zen 4 and Emerald Rapids forward
+#: (Granite Rapids as Emerald Rapids: 22.4-23.8, 20.1-22.6 and 23.4 cycles, 3.0-3.1 forwarded).
 _NARROW_STORES = [
     (["vmovss dword ptr [rsp + 0], xmm1", "vmovss dword ptr [rsp + 4], xmm1", "vmovss dword ptr [rsp + 8], xmm1",
       "vmovss dword ptr [rsp + 12], xmm1"], "vmovups xmm2, xmmword ptr [rsp]", False, False),  # 24-25, 23-27 cycles
@@ -417,7 +421,7 @@ _NARROW_STORES = [
 
 @pytest.mark.parametrize("stores,load,zen4,emeraldrapids", _NARROW_STORES)
 def test_loads_over_narrower_stores_as_measured(stores, load, zen4, emeraldrapids):
-    for preset, forwarded in (("zen4", zen4), ("emeraldrapids", emeraldrapids)):
+    for preset, forwarded in (("zen4", zen4), ("emeraldrapids", emeraldrapids), ("graniterapids", emeraldrapids)):
         cycles = _reload_cycles(stores, load, preset)
         fail = simulator.uarch(machine.preset(preset)).store_forward_fail_latency
         assert (cycles < 10) if forwarded else (cycles >= fail), (preset, cycles)
@@ -554,12 +558,14 @@ def _moving_rows(row_bytes: int) -> list[Instruction]:
 
 
 @pytest.mark.parametrize("preset,row_bytes,measured", [("zen4", 56, 51.4), ("zen4", 64, 13.1),
-                                                        ("emeraldrapids", 56, 51.4), ("emeraldrapids", 64, 8.3)])
+                                                        ("emeraldrapids", 56, 51.4), ("emeraldrapids", 64, 8.3),
+                                                        ("graniterapids", 56, 48.3), ("graniterapids", 64, 7.5)])
 def test_rows_through_a_moving_pointer_as_measured(preset, row_bytes, measured):
     # With 14-float rows, the next iteration's first load starts 8 bytes before the end of the
     # previous second row's 64-byte store and waits for it to leave the store queue
     # (scripts/microbench/zen4_memory.zen4.txt: 51.4 cycles an iteration against 13.1;
-    # zen4_memory.emr.txt, medians of four runs: 51.4 against 8.3).
+    # zen4_memory.emr.txt, medians of four runs: 51.4 against 8.3; zen4_memory.gnr.txt, two runs:
+    # 48.2-48.4 against 7.3-7.6).
     t = simulator.simulate(_moving_rows(row_bytes), machine.preset(preset))
     assert measured * 0.75 <= t.cycles <= measured * 1.25, t.cycles
 

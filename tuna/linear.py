@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
 from types import MappingProxyType
@@ -31,7 +31,7 @@ from scipy.optimize import nnls
 
 from .data import read_toml
 from .errors import TunaError
-from .machine import Machine
+from .machine import Machine, presets
 from .tiers import check_tier
 
 #: Terms of the linear model, in the order of the coefficient files.
@@ -357,9 +357,25 @@ def _from_table(data: Mapping, machine: Machine, tier: str, source: str) -> Coef
     return Coefficients(machine.name, tier, MappingProxyType(values), source, tuple(table.get("fitted_on", ())))
 
 
+#: Coefficients that are a machine's own costs in its cycles: where a coefficient file holds one
+#: at its machine's value (:func:`held_terms`) instead of fitting it, a preset that borrows the
+#: file holds it at its own.
+_MACHINE_TERMS = ("launches", "calls")
+
+
 def coefficients(machine: Machine, tier: str) -> Coefficients:
-    """The shipped coefficients of ``tier`` for ``machine`` (defaults without a file)."""
-    return _from_table(_shipped(machine.name), machine, check_tier(tier), f"tuna/data/coeffs/{machine.name}.toml")
+    """The shipped coefficients of ``tier`` for ``machine``: its own file, else that of the preset it
+    takes them from (``coefficients_from``) with its own parallel-region and call costs where the
+    file holds those at its machine's, else the defaults."""
+    if _shipped(machine.name) or not machine.coefficients_from:
+        return _from_table(_shipped(machine.name), machine, check_tier(tier), f"tuna/data/coeffs/{machine.name}.toml")
+    name = machine.coefficients_from
+    borrowed = _from_table(_shipped(name), machine, check_tier(tier), f"tuna/data/coeffs/{name}.toml")
+    lender_held = held_terms(presets()[name], tier)
+    own = held_terms(machine, tier)
+    values = {t: own[t].value if t in _MACHINE_TERMS and t in lender_held and t in own else v
+              for t, v in borrowed.values.items()}
+    return replace(borrowed, values=MappingProxyType(values))
 
 
 def seconds(features: Mapping[str, float], coeffs: Coefficients, machine: Machine) -> float:

@@ -154,6 +154,9 @@ class Machine:
     tvm_tags : Mapping
         TVM target tags this preset stands for, each with the target TVM's tag registry
         gives it (``tvm/target/tag_registry``).
+    coefficients_from : str
+        The preset whose shipped coefficients (``tuna/data/coeffs``) this one uses while it
+        has none of its own: a machine kind with no fitted pools, whose core another has.
     """
 
     name: str
@@ -182,6 +185,7 @@ class Machine:
     generic: bool = False
     vector_widths: tuple[VectorWidth, ...] = ()
     tvm_tags: Mapping[str, Mapping[str, Any]] = field(default_factory=lambda: MappingProxyType({}))
+    coefficients_from: str = ""
 
     def __post_init__(self) -> None:
         if self.threads <= 0:
@@ -292,13 +296,14 @@ def _parse(name: str, data: dict[str, Any]) -> Machine:
             tvm_tags=MappingProxyType(
                 {tag.lower(): MappingProxyType(dict(cfg)) for tag, cfg in data.get("tvm_tags", {}).items()}
             ),
+            coefficients_from=str(data.get("coefficients_from", "")),
         )
     except KeyError as err:
         raise TargetError(f"target data file {name} lacks the field {err}") from None
 
 
 #: Keys of a target file that say which preset it is: never taken from the preset it is based on.
-_OWN_KEYS = frozenset({"name", "title", "aliases", "tvm_tags", "target", "generic", "based_on"})
+_OWN_KEYS = frozenset({"name", "title", "aliases", "tvm_tags", "target", "generic", "based_on", "coefficients_from"})
 
 
 def _inherit(parent: Mapping[str, Any], child: Mapping[str, Any]) -> dict[str, Any]:
@@ -350,6 +355,11 @@ def presets() -> Mapping[str, Machine]:
     for stem in raw:
         machine = _parse(f"{stem}.toml", _resolved_data(stem, raw))
         found[machine.name] = machine
+    for machine in found.values():
+        lender = found.get(machine.coefficients_from)
+        if machine.coefficients_from and (lender is None or lender.kind != machine.kind):
+            raise TargetError(f"target data file {machine.source}: coefficients_from {machine.coefficients_from!r} "
+                              f"is no {machine.kind} preset")
     return MappingProxyType(found)
 
 

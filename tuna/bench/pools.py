@@ -7,7 +7,8 @@ plain name for a workload that is not an Ansor one), ``target`` (TVM target dict
 (TVMScript), ``candidates`` ([{``trace``, ``tuner_secs``, ``secs_a``, ``secs_b``}]), and
 optionally ``family`` (the operator family, :mod:`tuna.bench.families`; derived from the
 workload where absent), ``machine`` (the measuring CPU as lscpu named it: ``model_name``,
-``cpu_family``, ``cpu_model``, ``microcode``), ``tune_seconds``, ``trials`` and
+``cpu_family``, ``cpu_model``, ``microcode``, with ``amx`` and ``l1i_kib`` where a masked
+model number needs them), ``tune_seconds``, ``trials`` and
 ``second_timing`` (false for pools imported from
 a MetaSchedule database, whose candidates carry one measurement, ``secs_a``, the median of
 its repeats ``run_secs``, and no ``secs_b``). Other fields (``device``, ``source``) are

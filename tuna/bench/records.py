@@ -32,7 +32,11 @@ def machine_info() -> dict[str, Any]:
         info["cpu_family"] = fields.get("CPU family", "").strip()
         info["cpu_model"] = fields.get("Model", "").strip()
         info["stepping"] = fields.get("Stepping", "").strip()
+        l1i = _per_instance_kib(fields.get("L1i cache", ""))
+        if l1i:
+            info["l1i_kib"] = l1i
     info["microcode"] = _microcode()
+    info["amx"] = "amx_tile" in _cpuinfo("flags").split()
     info["tvm_threads"] = tvm_threads()
     try:
         info["tvm"] = metadata.version("apache-tvm")
@@ -60,14 +64,28 @@ def tvm_threads() -> int:
 
 def _microcode() -> str:
     """The CPU's microcode revision as Linux reports it ("" where it does not)."""
+    return _cpuinfo("microcode")
+
+
+def _cpuinfo(field: str) -> str:
+    """The first ``field`` of /proc/cpuinfo ("" where Linux gives none)."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("microcode"):
+                if line.split(":", 1)[0].strip() == field:
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
     return ""
+
+
+def _per_instance_kib(text: str) -> int | None:
+    """KiB of one instance of a cache as lscpu gives it ("128 KiB (2 instances)": 64)."""
+    m = re.match(r"\s*([\d.]+)\s*([KMG])i?B?(?:\s*\((\d+) instances?\))?", text)
+    if not m:
+        return None
+    kib = float(m.group(1)) * {"K": 1, "M": 1024, "G": 1024 * 1024}[m.group(2)]
+    return round(kib / int(m.group(3) or 1))
 
 
 # lscpu's "CPU family" of the generations that tuna has presets for, with the models of each
@@ -77,21 +95,31 @@ def _microcode() -> str:
 # the 2-vCPU Emerald Rapids guest, so its preset is not detected.
 # Sources: AMD's processor programming references name the families; the model ranges
 # (Zen 4: 10h-1Fh Genoa, 60h-7Fh Raphael/Phoenix, A0h-AFh Bergamo/Siena) follow Linux's
-# arch/x86 CPU matching tables; Intel's family 6 model CFh is INTEL_EMERALDRAPIDS_X in Linux's
-# arch/x86/include/asm/intel-family.h.
+# arch/x86 CPU matching tables; in Linux's arch/x86/include/asm/intel-family.h, Intel's family 6
+# model CFh is INTEL_EMERALDRAPIDS_X, ADh and AEh INTEL_GRANITERAPIDS_X and _D.
 _PRESETS: tuple[tuple[str, int, tuple[range, ...], str], ...] = (
     ("AMD", 25, (range(0x10, 0x20), range(0x60, 0x80), range(0xA0, 0xB0)), "zen4"),
     ("AMD", 26, (range(0x00, 0x100),), "zen5"),
     ("Intel", 6, (range(0xCF, 0xD0),), "emeraldrapids"),
+    ("Intel", 6, (range(0xAD, 0xAF),), "graniterapids"),
 )
+
+#: Intel server parts that a hypervisor shows under another model number (a KVM guest of this
+#: project's reported family 6 model A7h, Rocket Lake, a client part without AMX): with AMX
+#: they are of the Sapphire Rapids generations, and the instruction cache tells the core apart,
+#: 32 KiB on Golden and Raptor Cove, 64 KiB on Granite Rapids' Redwood Cove (Intel's
+#: optimization reference manual, 2024). Only the Granite Rapids guest has been seen masked.
+_MASKED_AMX_L1I_KIB = {64: "graniterapids"}
 
 
 def preset_of(info: Mapping[str, Any]) -> str | None:
-    """The CPU preset (``"zen4"``, ``"zen5"``, ``"emeraldrapids"``) that a machine record stands
-    for, None if none.
+    """The CPU preset (``"zen4"``, ``"zen5"``, ``"emeraldrapids"``, ``"graniterapids"``) that a
+    machine record stands for, None if none.
 
     ``info`` is :func:`machine_info`'s record (or a pool's ``machine``); an explicit
-    ``preset`` in it wins (pools measured before records named the CPU model say it so).
+    ``preset`` in it wins (pools measured before records named the CPU model say it so). An
+    Intel record with AMX whose model is no preset's is named by its instruction cache
+    (:data:`_MASKED_AMX_L1I_KIB`).
     """
     if info.get("preset"):
         return str(info["preset"])
@@ -114,6 +142,8 @@ def preset_of(info: Mapping[str, Any]) -> str | None:
                 return preset
         elif any(model in r for r in models):
             return preset
+    if "Intel" in name and family == 6 and info.get("amx"):
+        return _MASKED_AMX_L1I_KIB.get(info.get("l1i_kib"))
     return None
 
 
