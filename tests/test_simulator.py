@@ -407,7 +407,7 @@ def test_store_forwarding_as_measured(preset, size, offset, forwarded):
 
 #: A load at the start of stores narrower than it (scripts/microbench/zen4_memory.c; on Zen 4
 #: checked after the rule was written): stores, load, and whether Zen 4 and Emerald Rapids forward
-#: (Granite Rapids as Emerald Rapids: 22.4-23.8, 20.1-22.6 and 23.4 cycles, 3.0-3.1 forwarded).
+#: (Granite Rapids as Emerald Rapids: 23.4, 22.4-23.8 and 20.1-22.6 cycles, 3.0-3.1 forwarded).
 _NARROW_STORES = [
     (["vmovss dword ptr [rsp + 0], xmm1", "vmovss dword ptr [rsp + 4], xmm1", "vmovss dword ptr [rsp + 8], xmm1",
       "vmovss dword ptr [rsp + 12], xmm1"], "vmovups xmm2, xmmword ptr [rsp]", False, False),  # 24-25, 23-27 cycles

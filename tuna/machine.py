@@ -302,7 +302,8 @@ def _parse(name: str, data: dict[str, Any]) -> Machine:
         raise TargetError(f"target data file {name} lacks the field {err}") from None
 
 
-#: Keys of a target file that say which preset it is: never taken from the preset it is based on.
+#: Keys of a target file that say which preset it is (and whose coefficients it borrows): never taken
+#: from the preset it is based on.
 _OWN_KEYS = frozenset({"name", "title", "aliases", "tvm_tags", "target", "generic", "based_on", "coefficients_from"})
 
 
