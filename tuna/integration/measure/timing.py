@@ -101,7 +101,8 @@ def unrunnable_reason(target: Any, machine: str | None = None) -> str | None:
             have = set(codegen.llvm_get_cpu_features(tvm.target.Target({"kind": "llvm", "mcpu": host_cpu})))
             missing = sorted(f for f in need - have if not f.startswith(_TUNING_PREFIXES))
         if missing:
-            return f"{mach.name} (mcpu {mcpu}) needs {', '.join(missing[:6])}, which this CPU ({host_cpu}) lacks"
+            return (f"{mach.name} (mcpu {mcpu}) needs {', '.join(missing[:6])}, which this CPU lacks "
+                    f"(LLVM names it {host_cpu})")
     return None
 
 
