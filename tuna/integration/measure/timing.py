@@ -43,10 +43,11 @@ _TUNING_PREFIXES = ("fast-", "slow-", "false-deps", "no-", "prefer-", "tuning", 
 
 
 # x86 extensions for the operating system, virtualisation and tracing (enqueue commands, memory
-# encryption and protection keys, processor trace, shadow stacks, user interrupts, wait and
-# write-back instructions, AMD's CLZERO, MONITORX and RDPRU): hypervisors hide them from guests
-# (the Granite Rapids guest of scripts/microbench/cores.gnr.txt hides all of Intel's), and LLVM
-# emits them only for their intrinsics, never in a tensor program.
+# encryption and protection keys, processor trace, shadow stacks, user interrupts, wait,
+# write-back and cache-line demotion instructions, AMD's CLZERO, MONITORX and RDPRU):
+# hypervisors hide them from guests (the Granite Rapids guest of graniterapids.toml hides eight
+# of Intel's, as LLVM reads its CPUID), and LLVM emits them only for their intrinsics, never in
+# a tensor program.
 _SYSTEM_FEATURES = frozenset({"enqcmd", "pconfig", "pku", "ptwrite", "shstk", "uintr", "waitpkg", "wbnoinvd",
                               "clzero", "mwaitx", "rdpru", "sgx", "hreset", "invpcid", "cldemote"})
 
