@@ -26,6 +26,16 @@ def fresh_warnings(monkeypatch):
     monkeypatch.setattr(machine, "_WARNED", set())
 
 
+@pytest.fixture
+def reread_presets(monkeypatch):
+    """``machine.presets()`` reads the data files afresh in the test (under its patches) and
+    again, unpatched, after it."""
+    machine.presets.cache_clear()
+    yield
+    monkeypatch.undo()
+    machine.presets.cache_clear()
+
+
 @pytest.mark.parametrize("name", NEW)
 def test_new_presets_resolve_and_their_uarch_loads(name):
     m = machine.preset(name)
@@ -252,24 +262,19 @@ def test_uarch_based_on_a_missing_file_is_a_target_error(monkeypatch):
         uarch_data._uarch_data("cascadelake")
 
 
-def test_invalid_toml_in_a_data_file_is_a_target_error_naming_the_file(monkeypatch):
+def test_invalid_toml_in_a_data_file_is_a_target_error_naming_the_file(monkeypatch, reread_presets):
     def broken(text):
         raise tomllib.TOMLDecodeError("Invalid value (at line 25, column 22)")
 
     monkeypatch.setattr(tomllib, "loads", broken)
     with pytest.raises(TargetError, match=r"micro-architecture data file cascadelake\.toml is not valid TOML"):
         uarch_data._uarch_data("cascadelake")
-    machine.presets.cache_clear()
-    try:
-        with pytest.raises(TargetError, match=r"target data file \S+\.toml is not valid TOML"):
-            machine.presets()
-    finally:
-        monkeypatch.undo()
-        machine.presets.cache_clear()
+    with pytest.raises(TargetError, match=r"target data file \S+\.toml is not valid TOML"):
+        machine.presets()
 
 
 @pytest.mark.parametrize("lender", ["a100", "no-such-preset"])
-def test_a_preset_borrows_coefficients_only_from_a_preset_of_its_kind(monkeypatch, lender):
+def test_a_preset_borrows_coefficients_only_from_a_preset_of_its_kind(monkeypatch, reread_presets, lender):
     real = machine.read_toml
 
     def lending(entry, what, error):
@@ -277,13 +282,8 @@ def test_a_preset_borrows_coefficients_only_from_a_preset_of_its_kind(monkeypatc
         return {**data, "coefficients_from": lender} if entry.name == "graniterapids.toml" else data
 
     monkeypatch.setattr(machine, "read_toml", lending)
-    machine.presets.cache_clear()
-    try:
-        with pytest.raises(TargetError, match=rf"graniterapids\.toml: coefficients_from '{lender}' is no cpu preset"):
-            machine.presets()
-    finally:
-        monkeypatch.undo()
-        machine.presets.cache_clear()
+    with pytest.raises(TargetError, match=rf"graniterapids\.toml: coefficients_from '{lender}' is no cpu preset"):
+        machine.presets()
 
 
 # ---------------------------------------------------------------------------------------------
