@@ -118,9 +118,12 @@ def main() -> None:
             key = hashlib.sha1(json.dumps([mach.name, pool.mod, pool.traces[i]]).encode()).hexdigest()
             try:
                 scheduled = apply_trace(mod, pool.traces[i]).mod
-                if key not in code_counts:
-                    code_counts[key] = _code_fmas(kernel_with_code(scheduled, mach), mach)
-                model = _model_fmas(kernel_from_module(scheduled), mach)
+                if key in code_counts:
+                    kernel = kernel_from_module(scheduled)
+                else:  # lowered once: the kernel with its code serves the model too
+                    kernel = kernel_with_code(scheduled, mach)
+                    code_counts[key] = _code_fmas(kernel, mach)
+                model = _model_fmas(kernel, mach)
             except TunaError:
                 continue  # a candidate that no longer lowers: nothing to compare
             if model is not None:
