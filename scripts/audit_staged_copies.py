@@ -11,7 +11,8 @@ outputs each time it runs: a phase of memory traffic with nothing to compute bes
 ``small`` (staging copies, all under the threshold: interleaved with the computation) or
 ``none``. Printed per operator family: the IR tier's error of each group (the mean log of
 measured over predicted time, each pool's median error taken out), and the pools where the
-exposed group runs slower than predicted relative to the small one. Then the pools' ranking
+exposed group runs slower than predicted relative to the small one, and the pools whose five
+fastest candidates are all exposed (where the groups cannot decide the lead). Then the ranking
 (every candidate, top-1/top-5/top-10/a-peak@32/tau; per pool in ``--json``) by the IR tier as
 shipped and by three ways of pricing the phases: a factor ``exp(b)`` on the exposed group's
 predictions (``factor``), the exposed bytes at ``w`` times the time one core's L2 takes to fill
@@ -95,6 +96,7 @@ def main() -> None:
     errors: dict[str, list[dict[str, float]]] = defaultdict(list)
     ranking: dict[str, list[dict[str, float]]] = defaultdict(list)
     by_pool: dict[str, dict[str, dict[str, float]]] = defaultdict(dict)
+    lead_exposed: list[bool] = []  # pools with both groups: are their five fastest all exposed?
     for pool in pools:
         mod = pool_module(pool)
         rows = []
@@ -118,6 +120,8 @@ def main() -> None:
         err = np.log(lat) - np.log(base)
         err -= np.median(err)
         errors[pool.family].append({g: float(err[groups == g].mean()) for g in GROUPS if (groups == g).any()})
+        if {"exposed", "small"} <= set(groups):
+            lead_exposed.append(bool((groups[np.argsort(lat)[:5]] == "exposed").all()))
         for variant, p in VARIANTS:
             pred = _predictions(variant, p, base, exposed_cycles, compute, memory)
             metrics = all_metrics(lat, -pred)
@@ -141,6 +145,8 @@ def main() -> None:
               + "".join(f"{mean[g]:>+16.3f}" if mean[g] is not None else f"{'-':>16}" for g in GROUPS)
               + (f"{np.mean(both):>+15.3f}{sum(d > 0 for d in both):>6}/{len(both)}" if both else f"{'-':>15}"))
     print("(error: mean log of measured over predicted time, each pool's median taken out)")
+    print(f"pools whose five fastest candidates are all exposed: {sum(lead_exposed)} of the {len(lead_exposed)}"
+          " that hold exposed and small ones")
     metrics = list(next(iter(ranking.values()))[0])
     print(f"\n{'IR tier':<16}" + "".join(f"{m:>11}" for m in metrics))
     means = {}
@@ -150,7 +156,8 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as out:
             json.dump({"pools": [p.source for p in pools], "machine": mach.name, "threshold": args.threshold,
-                       "families": table, "ranking": means, "ranking_by_pool": by_pool}, out, indent=1)
+                       "families": table, "five_fastest_exposed": [sum(lead_exposed), len(lead_exposed)],
+                       "ranking": means, "ranking_by_pool": by_pool}, out, indent=1)
 
 
 if __name__ == "__main__":
