@@ -52,14 +52,8 @@ def _model_fmas(kernel, machine) -> tuple[int, int] | None:
     _, _, stmt, loops = max(fmas, key=lambda t: t[:2])
     if loops[-1].kind != LoopKind.VECTORIZED:
         return None  # LLVM's own vectorizer decides the lanes: another audit's question
-    tvm = frozenset(codegen.tvm_unrolled(kernel))
     homes = {a.name: a.loop for a in kernel.allocations}
-    rolled = {lp.var for lp in codegen.rolled_around(stmt, loops, machine, tvm, homes)}
-    inner = max((pos for pos, lp in enumerate(loops) if lp.var in rolled), default=-1)
-    count = stmt.op_count("fma")
-    for lp in loops[inner + 1:]:
-        count *= math.ceil(lp.extent / machine.lanes(stmt.dtype_bytes)) if lp.kind == LoopKind.VECTORIZED else lp.extent
-    return count, loops[inner].extent if inner >= 0 else 1
+    return codegen.ops_per_rolled_iteration(stmt, loops, machine, frozenset(codegen.tvm_unrolled(kernel)), homes)
 
 
 def _code_fmas(kernel, machine) -> int:

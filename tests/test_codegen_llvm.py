@@ -700,11 +700,7 @@ def _model_fmas(mod: tvm.IRModule, preset: str) -> int:
     mach = machine.preset(preset)
     kernel = integration.kernel_from_module(mod)
     (stmt, loops), = [(s, lp) for s, lp in walk(kernel.body) if s.op_count("fma")]
-    rolled = {lp.var for lp in codegen.rolled_around(stmt, loops, mach, frozenset(tvm_unrolled(kernel)))}
-    inner = max(pos for pos, lp in enumerate(loops) if lp.var in rolled)
-    lanes = mach.lanes(stmt.dtype_bytes)
-    return math.prod(math.ceil(lp.extent / lanes) if lp.kind == LoopKind.VECTORIZED else lp.extent
-                     for lp in loops[inner + 1:])
+    return codegen.ops_per_rolled_iteration(stmt, loops, mach, frozenset(tvm_unrolled(kernel)))[0]
 
 
 # The model has the first two the other way round: it unrolls the four rows around eight steps

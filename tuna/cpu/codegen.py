@@ -348,6 +348,21 @@ def rolled_around(
     )
 
 
+def ops_per_rolled_iteration(
+    stmt: Statement, loops: tuple[Loop, ...], machine: Machine, tvm: frozenset[str],
+    homes: Mapping[str, str | None] | None = None, kind: str = "fma",
+) -> tuple[int, int]:
+    """Operations of ``kind`` that one iteration of the innermost loop kept rolled around ``stmt``
+    (:func:`rolled_around`) holds, one per vector of a TVM-vectorized loop, and that loop's trip
+    count (1 where none stays rolled): what the model says LLVM's code repeats."""
+    rolled = {lp.var for lp in rolled_around(stmt, loops, machine, tvm, homes)}
+    inner = max((pos for pos, lp in enumerate(loops) if lp.var in rolled), default=-1)
+    count = stmt.op_count(kind)
+    for lp in loops[inner + 1:]:
+        count *= math.ceil(lp.extent / machine.lanes(stmt.dtype_bytes)) if lp.kind == LoopKind.VECTORIZED else lp.extent
+    return count, loops[inner].extent if inner >= 0 else 1
+
+
 def hoisted_loops(
     statements: list[tuple[Statement, tuple[Loop, ...]]], machine: Machine, tvm: frozenset[str],
     homes: Mapping[str, str | None] | None = None,
