@@ -7,6 +7,7 @@ disassembled again here with tuna.cpu.disassembly, so no TVM is needed.
 
 import json
 import pathlib
+import random
 import re
 import shutil
 import statistics
@@ -18,7 +19,7 @@ import pytest
 
 from tuna import machine
 from tuna.cpu import disassembly, isa, simulator
-from tuna.cpu.simulator import decode, timing
+from tuna.cpu.simulator import decode, dependencies, timing
 from tuna.cpu.simulator.dependencies import prepare_block
 from tuna.cpu.simulator.schedulers import schedule_in_order, schedule_out_of_order
 from tuna.errors import TargetError, UnsupportedISAError
@@ -71,6 +72,40 @@ def test_fixtures_redisassemble_to_their_text():
         fx, ins = _load(fid)
         assert [f"{i.mnemonic} {i.operands}".strip() for i in ins] == fx["asm"], fid
         assert ins[-1].klass == "branch"
+
+
+def test_memoised_instruction_details_are_each_instructions_own():
+    """Capstone's details are memoised per instruction text with its memory offsets left out
+    (``disassembly._info_key``): every instruction of the compiled fixtures (x86-64 and AArch64)
+    gets the details Capstone gives for that instruction alone."""
+    objects = sorted((FIXTURES.parent / "objects").glob("*.o"))
+    assert {"x86-64", "aarch64"} <= {fn[0] for p in objects for fn in disassembly.read_functions(p.read_bytes())}
+    shared = 0
+    for path in objects:
+        for arch, _, address, code, _ in disassembly.read_functions(path.read_bytes()):
+            lite, md = disassembly._decoders(arch)
+            listing = list(lite.disasm_lite(code, address))
+            disassembly._INFO.clear()
+            memoised = [disassembly._info(arch, md, code, address, *ins) for ins in listing]
+            for ins, got in zip(listing, memoised):
+                disassembly._INFO.clear()
+                assert disassembly._info(arch, md, code, address, *ins) == got, (path.name, ins)
+            texts = {(m, o) for _, _, m, o in listing}
+            shared += len(texts) - len({(m, disassembly._info_key(o)) for m, o in texts})
+    assert shared > 1000  # distinct instruction texts that differ in offsets only share an entry
+
+
+def test_stores_found_by_range_are_those_a_scan_finds():
+    """The memory dependencies look a load's stores up by offset (``_Stores``); a scan of every
+    store through the same address finds the same ones, in program order."""
+    rng = random.Random(7)
+    for _ in range(200):
+        entries = [(i, "rsp", rng.randrange(-256, 256), rng.choice((1, 2, 4, 8, 16, 32, 64)), 0)
+                   for i in sorted(rng.sample(range(1000), rng.randrange(1, 60)))]
+        stores = dependencies._Stores(entries)
+        for _ in range(20):
+            at, size = rng.randrange(-320, 320), rng.choice((1, 4, 8, 32, 64))
+            assert stores.overlapping(at, size) == [s for s in entries if s[2] < at + size and at < s[2] + s[3]]
 
 
 def test_every_cpu_preset_has_uarch_data():

@@ -257,7 +257,8 @@ def _map_function(
         height[lp.header] = 1 + max((height[c.header] for c in children.get(lp.header, ())), default=0)
     depth_below: dict[str, int] = {}  # rolled-loop nesting depth of each scope loop, bottom-up
     for lp in reversed(scope):
-        inner = [x for x in scope if x.var in _subtree_vars(lp) and x.var != lp.var]
+        below = _subtree_vars(lp) - {lp.var}
+        inner = [x for x in scope if x.var in below]
         depth_below[lp.var] = 1 + max((depth_below[x.var] for x in inner), default=0)
 
     matches: list[LoopMatch] = []
@@ -441,7 +442,8 @@ def map_kernel(kernel: KernelIR, machine: Machine) -> tuple[FunctionMap, ...]:
         if pos < len(parallel):
             par = parallel[pos]
             threads = min(par.extent, machine.threads)
-            scope = [lp for lp, _ in rolled if lp.var in _subtree_vars(par)]
+            inside = _subtree_vars(par)
+            scope = [lp for lp, _ in rolled if lp.var in inside]
             if par not in scope:
                 scope.insert(0, par)
             maps.append(_map_function(func, scope, par, threads, machine.lanes))

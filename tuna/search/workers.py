@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import atexit
+import gc
 import hashlib
 import logging
 import math
@@ -158,6 +159,15 @@ _BOOTSTRAP = (
 KEEP_SETUPS = 8
 
 
+#: The collector's thresholds in a worker process (Python's default: 700, 10, 10). A worker
+#: allocates many short-lived objects per candidate and keeps memo caches of tens of
+#: thousands of entries (decoded instructions, simulated blocks, cache-model summaries) that
+#: collections walk again and again: collecting rarely, with what set-up left (TVM, the
+#: workload) frozen out of the collector's reach, scores candidates faster (BENCHMARKS.md,
+#: "Analysis time", 2026-12-02).
+WORKER_GC_THRESHOLDS = (10_000, 10, 10)
+
+
 def _worker_main(conn: Connection) -> None:
     """Body of one worker process: set up what it is sent, score payloads, until told to stop.
 
@@ -166,6 +176,7 @@ def _worker_main(conn: Connection) -> None:
     ``("score", task, value, seconds spent)``; None to stop. The parent mirrors which set-ups are kept.
     """
     kept: OrderedDict[str, tuple[Score, Any]] = OrderedDict()
+    gc.set_threshold(*WORKER_GC_THRESHOLDS)
     while True:
         try:
             msg = conn.recv()
@@ -183,6 +194,7 @@ def _worker_main(conn: Connection) -> None:
             else:
                 _keep(kept, key)
                 reply = ("ready", key, None)
+                gc.freeze()  # what a set-up leaves lives as long as the worker, or as long as it is kept
         else:
             _, task, key, payload = msg
             score_fn, state = kept[key]

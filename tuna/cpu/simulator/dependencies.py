@@ -14,6 +14,7 @@ implicitly (an out-of-order core the RAW edges, an in-order core all three).
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -87,6 +88,9 @@ def prepare_block(decoded: Sequence[Decoded], ua: Uarch, loop: bool) -> Block:
     counts = dict.fromkeys(KINDS, 0)
     broadcasts = 0
     prev_fusible = False
+    # (latency, pipes and occupancy, exact occupancy, scheduler) per timing class and width:
+    # a block repeats a few classes many times.
+    timed: dict[tuple[str, int], tuple] = {}
     for j, dec in enumerate(decoded):
         start = len(klass)
         nslots = dec.slots + (dec.unlaminated and ua.unlaminate_indexed)
@@ -95,26 +99,39 @@ def prepare_block(decoded: Sequence[Decoded], ua: Uarch, loop: bool) -> Block:
             nslots = 0
         prev_fusible = dec.fusible
         broadcasts += dec.broadcast
+        # Values passed between the micro-ops of one instruction (~0, ~1) get the instruction's
+        # index; an instruction of one micro-op has none.
+        several = len(dec.uops) > 1
         for u in dec.uops:
             k = u.klass
             if k in ("mov", "vmov") and ua.move_elimination:
                 k = "zero"
             elif k == "zero" and not ua.zero_idioms:
                 k = "vlogic" if u.width > 64 else "alu"
-            t = ua.timing(k, u.width) if k not in _NO_EXEC else None
+            timing = timed.get((k, u.width))
+            if timing is None:
+                t = ua.timing(k, u.width) if k not in _NO_EXEC else None
+                if t is None or not t.uops:
+                    timing = (0.0 if t is None else t.latency, (), (), -1)
+                else:
+                    timing = (
+                        t.latency,
+                        tuple((g, max(1, int(o + 0.5))) for g, o in zip(t.uops, t.occupancy)),
+                        tuple((sum(1 << p for p in g), o) for g, o in zip(t.uops, t.occupancy)),
+                        ua.port_scheduler[t.uops[0][0]],
+                    )
+                timed[k, u.width] = timing
             klass.append(k)
-            srcs.append(tuple(f"~{j}{r}" if r[0] == "~" else r for r in u.reads))
-            dsts.append(tuple(f"~{j}{w}" if w[0] == "~" else w for w in u.writes))
-            if t is None or not t.uops:
-                lat.append(0.0 if t is None else t.latency)
-                parts.append(())
-                exact.append(())
-                sched.append(-1)
+            if several:
+                srcs.append(tuple(f"~{j}{r}" if r[0] == "~" else r for r in u.reads))
+                dsts.append(tuple(f"~{j}{w}" if w[0] == "~" else w for w in u.writes))
             else:
-                sched.append(ua.port_scheduler[t.uops[0][0]])
-                lat.append(t.latency)
-                parts.append(tuple((g, max(1, int(o + 0.5))) for g, o in zip(t.uops, t.occupancy)))
-                exact.append(tuple((sum(1 << p for p in g), o) for g, o in zip(t.uops, t.occupancy)))
+                srcs.append(u.reads)
+                dsts.append(u.writes)
+            lat.append(timing[0])
+            parts.append(timing[1])
+            exact.append(timing[2])
+            sched.append(timing[3])
             mem_src.append(None)
             mem_dst.append(None)
             mem_fail.append(None)
@@ -171,14 +188,15 @@ def _memory_dependencies(mems: list[tuple[int, bool, tuple, int]], decoded: Sequ
         shift = sum(sc * before[j].get(r, 0) for r, sc in zip(m[3], scales))
         step = sum(sc * stride.get(r, 0) for r, sc in zip(m[3], scales))
         accesses.append((i, st, m[0], m[1] + shift, m[2], step))
-    stores: dict[str, list[tuple[int, str, int, int, int]]] = {}
+    grouped: dict[str, list[tuple[int, str, int, int, int]]] = {}
     for i, st, key, off, size, step in accesses:
         if st:
-            stores.setdefault(key, []).append((i, key, off, size, step))
+            grouped.setdefault(key, []).append((i, key, off, size, step))
+    stores = {key: _Stores(entries) for key, entries in grouped.items()}
     for i, st, key, off, size, step in accesses:
         if st or key not in stores:
             continue
-        overlapping = [s for s in stores[key] if s[2] < off + size and off < s[2] + s[3]]
+        overlapping = stores[key].overlapping(off, size)
         same = [s for s in overlapping if s[0] < i]
         if same:
             src, match, at = same[-1], overlapping, off
@@ -187,7 +205,7 @@ def _memory_dependencies(mems: list[tuple[int, bool, tuple, int]], decoded: Sequ
             # Only stores after the load when the address moves: the schedulers pass a value to
             # the next iteration through a name that no earlier micro-op of the body reads.
             at = off + step
-            match = [s for s in stores[key] if (step == 0 or s[0] > i) and s[2] < at + size and at < s[2] + s[3]]
+            match = [s for s in stores[key].overlapping(at, size) if step == 0 or s[0] > i]
             if not match:
                 continue
             src = match[-1]
@@ -200,6 +218,24 @@ def _memory_dependencies(mems: list[tuple[int, bool, tuple, int]], decoded: Sequ
             name = f"{name}!"
             mem_fail[src[0]] = name
         mem_src[i] = name
+
+
+class _Stores:
+    """The stores through one address key, ``(uop, key, offset, size, step)`` in program order,
+    found by the range they overlap: sorted by offset, so that a load looks only at the stores
+    that start less than the widest store's size before it (an unrolled block of thousands of
+    instructions holds thousands of stores to its stack frame)."""
+
+    def __init__(self, entries: list[tuple[int, str, int, int, int]]) -> None:
+        self._by_offset = sorted(entries, key=lambda s: (s[2], s[0]))
+        self._offsets = [s[2] for s in self._by_offset]
+        self._widest = max(s[3] for s in entries)
+
+    def overlapping(self, at: int, size: int) -> list[tuple[int, str, int, int, int]]:
+        """The stores that overlap ``size`` bytes at ``at``, in program order."""
+        lo = bisect_right(self._offsets, at - self._widest)
+        hi = bisect_left(self._offsets, at + size)
+        return sorted((s for s in self._by_offset[lo:hi] if at < s[2] + s[3]), key=lambda s: s[0])
 
 
 def _forwards(off: int, size: int, store: tuple, match: list[tuple[int, tuple]], ua: Uarch) -> bool:

@@ -110,6 +110,7 @@ def schedule_out_of_order(blk: Block, ua: Uarch, fwd: float, loop: bool) -> tupl
                 for u in rng
             ),
             tuple(blk.mem_fail[u] for u in rng if blk.mem_fail[u] is not None),
+            tuple(blk.sched[u] for u in rng if blk.sched[u] >= 0),  # the schedulers it needs room in
         )
         for j, rng in enumerate(blk.instr_uops)
     ]
@@ -117,14 +118,12 @@ def schedule_out_of_order(blk: Block, ua: Uarch, fwd: float, loop: bool) -> tupl
     ceil = math.ceil
     for _ in range(cap):
         history.append(list(used))
-        for nslots, uops, fails in body:
+        for nslots, uops, fails, needs in body:
             d = slot // width
             g = len(retired)
             if rob and g >= rob and retired[g - rob] > d:
                 d = retired[g - rob]
-            for *_, q in uops:
-                if q < 0:
-                    continue
+            for q in needs:
                 if nsq[q]:
                     if len(entered[q]) >= nsq[q] and entered[q][-nsq[q]] > d:
                         d = ceil(entered[q][-nsq[q]])
