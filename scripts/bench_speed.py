@@ -22,6 +22,7 @@ from pathlib import Path
 
 from tuna import bench, integration, tiers
 from tuna.cpu import disassembly
+from tuna.errors import TunaError
 from tuna.integration import analysis, lower
 from tuna.integration.workloads import as_machine, tvm_target
 
@@ -78,10 +79,15 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--every", type=int, default=8, help="time every Nth candidate of a pool (default 8)")
     parser.add_argument("--json", help="also write the per-pool means (seconds) here")
     args = parser.parse_args(argv)
-    machine = as_machine(args.target)
+    try:
+        machine = as_machine(args.target)
+        pools = [(spec, _pool(spec)) for spec in args.pools]
+    except TunaError as err:
+        raise SystemExit(f"bench_speed: {err}") from None
+    if machine.kind != "cpu":
+        raise SystemExit(f"bench_speed: times the CPU tiers; {args.target} is a {machine.kind}")
     out = {}
-    for spec in args.pools:
-        pool = _pool(spec)
+    for spec, pool in pools:
         mod = integration.pool_module(pool)
         spent = dict.fromkeys(("compile (reference)", *FULL_STAGES, *IR_STAGES), 0.0)
         n = 0

@@ -75,9 +75,9 @@ def test_fixtures_redisassemble_to_their_text():
 
 
 def test_memoised_instruction_details_are_each_instructions_own():
-    """Capstone's details are memoised per instruction text with its memory offsets left out
-    (``disassembly._info_key``): every instruction of the compiled fixtures (x86-64 and AArch64)
-    gets the details Capstone gives for that instruction alone."""
+    """Capstone's details are memoised per instruction text with the numbers in its brackets
+    (offsets, lanes) set to 0 (``disassembly._info_key``): every instruction of the compiled
+    fixtures (x86-64 and AArch64) gets the details Capstone gives for that instruction alone."""
     objects = sorted((FIXTURES.parent / "objects").glob("*.o"))
     assert {"x86-64", "aarch64"} <= {fn[0] for p in objects for fn in disassembly.read_functions(p.read_bytes())}
     shared = 0
