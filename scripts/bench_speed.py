@@ -2,8 +2,8 @@
 
     .venv/bin/python scripts/bench_speed.py [POOL ...] [--target T] [--every N] [--json FILE]
 
-POOL: a shipped pool's name (``GMM-1``) or a pool file (``docs/bench/gnr-pools/DEP-0.json.gz``);
-default GMM-1 C2D-1 SFM-1. For every Nth candidate of each pool (default 8), each on the same
+POOL: a shipped pool's name (``GMM-1``), a pool file (``docs/bench/gnr-pools/DEP-0.json.gz``) or a
+folder of pools; default GMM-1 C2D-1 SFM-1. For every Nth candidate of each pool (default 8), each on the same
 scheduled module: TVM compiling it to an object (the floor the full tier cannot go under), tuna's
 full tier (which compiles too) split into its stages (TVM's compile to a runtime module, LLVM's
 object emission, tuna's kernel IR, disassembly and the full tier's analysis), and the IR tier
@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from tuna import bench, integration, tiers
+from tuna.cli import _load_pools
 from tuna.cpu import disassembly
 from tuna.errors import TunaError
 from tuna.integration import analysis, lower
@@ -32,13 +33,18 @@ FULL_STAGES = ("tvm compile", "object emission", "kernel IR", "disassembly", "fu
 IR_STAGES = ("kernel IR (IR tier)", "IR analysis")
 
 
-def _pool(spec: str) -> bench.Pool:
-    if Path(spec).exists():
-        return bench.load_pool(spec)
-    pool = bench.shipped_pool(spec)
-    if pool is None:
-        raise SystemExit(f"{spec}: neither a pool file nor a pool tuna ships")
-    return pool
+def _pools(specs: list[str]) -> list[tuple[str, bench.Pool]]:
+    """``(label, pool)`` for each pool file, folder of pools (as ``tuna bench rank`` reads them) or
+    shipped pool's name."""
+    out = []
+    for spec in specs:
+        if Path(spec).exists():
+            out += [(pool.source, pool) for pool in _load_pools([spec])]
+        elif (pool := bench.shipped_pool(spec)) is not None:
+            out.append((spec, pool))
+        else:
+            raise SystemExit(f"bench_speed: {spec}: neither a pool file or folder nor a pool tuna ships")
+    return out
 
 
 def _time_candidate(mod, machine, spent: dict[str, float]) -> None:
@@ -81,7 +87,7 @@ def main(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     try:
         machine = as_machine(args.target)
-        pools = [(spec, _pool(spec)) for spec in args.pools]
+        pools = _pools(args.pools)
     except TunaError as err:
         raise SystemExit(f"bench_speed: {err}") from None
     if machine.kind != "cpu":
