@@ -166,7 +166,7 @@ def test_an_unknown_tag_without_kind_is_a_clear_error():
 @pytest.mark.parametrize(
     ("target", "nearest"),
     [
-        ({"kind": "llvm", "mcpu": "znver3"}, "zen4"),
+        ({"kind": "llvm", "mcpu": "znver2"}, "zen3"),
         ({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a76"}, "cortex-a72"),
         ({"kind": "llvm", "mcpu": "skylake"}, "skylake-avx512"),
     ],

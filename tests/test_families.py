@@ -101,8 +101,11 @@ def test_pools_carry_their_family_and_machine():
 
 @pytest.mark.parametrize(("info", "preset_name", "key"), [
     ({"model_name": "AMD EPYC", "cpu_family": "25", "cpu_model": "17"}, "zen4", "zen4"),
-    ({"model_name": "AMD EPYC 9654", "cpu_family": "25", "cpu_model": "1"}, None,  # Zen 3 (Milan)
-     "AMD EPYC 9654 (family 25, model 1)"),
+    ({"model_name": "AMD EPYC", "cpu_family": "25", "cpu_model": "1"}, "zen3", "zen3"),  # Milan guest
+    ({"model_name": "AMD Ryzen 7 5800X", "cpu_family": "25", "cpu_model": "33"}, "zen3", "zen3"),  # Vermeer
+    ({"model_name": "AMD EPYC 9654", "cpu_family": "25", "cpu_model": "17"}, "zen4", "zen4"),
+    ({"model_name": "AMD EPYC", "cpu_family": "25", "cpu_model": "128"}, None,  # a model no range names
+     "AMD EPYC (family 25, model 128)"),
     ({"model_name": "AMD EPYC", "cpu_family": "26", "cpu_model": "2"}, "zen5", "zen5"),
     ({"model_name": "Intel Xeon", "cpu_family": "6"}, None, "Intel Xeon (family 6, model ?)"),
     ({"model_name": "Intel(R) Xeon(R) Processor", "cpu_family": "6", "cpu_model": "207"},  # Emerald Rapids

@@ -47,7 +47,7 @@ def test_resolve_matches_targets_to_presets_and_keeps_overrides():
         ("zen9", TargetError, "unknown target preset 'zen9'"),
         ({"kind": "vulkan"}, TargetError, "cannot model target kind 'vulkan'"),
         ({"kind": "llvm", "mtriple": "riscv64-linux-gnu"}, UnsupportedISAError, "instruction set"),
-        ({"kind": "llvm", "mcpu": "znver3", "num-cores": 2}, TargetError, "nearest presets: zen4"),
+        ({"kind": "llvm", "mcpu": "znver2", "num-cores": 2}, TargetError, "nearest presets: zen3"),
         ({"mcpu": "znver4"}, TargetError, "no 'kind'"),
         ("{not json", TargetError, "does not parse"),
         (42, TargetError, "cannot read a target"),

@@ -1,7 +1,7 @@
-/* The core clock under 512-bit load, from fma_clock.h, given the time-stamp counter's rate in GHz
+/* The core clock under load of the widest vectors (vec.h), from fma_clock.h, given the time-stamp counter's rate in GHz
  * (lscpu's BogoMIPS / 2 on a KVM guest, or "cpu MHz" of /proc/cpuinfo):
  *
- *     gcc -O2 -march=x86-64-v4 scripts/microbench/clock.c -o /tmp/clock && /tmp/clock 2.3
+ *     gcc -O2 -march=x86-64-v4 (x86-64-v3 without AVX-512) scripts/microbench/clock.c -o /tmp/clock && /tmp/clock 2.3
  *
  * Short runs: a chain of FMAs by 0.999999 reaches denormals after about 1e8 of them, which Intel
  * cores execute far more slowly (a reading of 0.1 GHz means that). */

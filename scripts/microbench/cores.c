@@ -4,7 +4,7 @@
  * two CPUs are separate cores for that kind of work; one that adds nothing says they share
  * it (SMT siblings of one core share its FMA pipes and its L1; any two cores share DRAM).
  *
- *     gcc -O2 -march=x86-64-v4 -pthread scripts/microbench/cores.c -o /tmp/cores && /tmp/cores [CPU_A CPU_B]
+ *     gcc -O2 -march=x86-64-v4 (x86-64-v3 without AVX-512) -pthread scripts/microbench/cores.c -o /tmp/cores && /tmp/cores [CPU_A CPU_B]
  *
  * Record lscpu beside the output. Times are wall clock (CLOCK_MONOTONIC), medians of five.
  */
@@ -17,6 +17,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "vec.h"
+
 #define ITERS 40000000L
 
 static int cpu_of[2] = {0, 1};
@@ -27,50 +29,50 @@ static double now(void) {
   return t.tv_sec + 1e-9 * t.tv_nsec;
 }
 
-/* Twelve independent 512-bit FMA chains: enough to keep two FMA pipes of latency 4 busy. */
+/* Twelve independent FMA chains of the widest vector (vec.h): enough to keep two FMA pipes of latency 4 busy. */
 static void fma_throughput(long n) {
-  __m512 b = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
-  __m512 a0 = b, a1 = b, a2 = b, a3 = b, a4 = b, a5 = b, a6 = b, a7 = b, a8 = b, a9 = b, a10 = b, a11 = b;
+  vec_t b = vec_set1(0.999999f), c = vec_set1(1e-7f);
+  vec_t a0 = b, a1 = b, a2 = b, a3 = b, a4 = b, a5 = b, a6 = b, a7 = b, a8 = b, a9 = b, a10 = b, a11 = b;
   for (long i = 0; i < n / 4; i++) {
-    a0 = _mm512_fmadd_ps(a0, b, c); a1 = _mm512_fmadd_ps(a1, b, c); a2 = _mm512_fmadd_ps(a2, b, c);
-    a3 = _mm512_fmadd_ps(a3, b, c); a4 = _mm512_fmadd_ps(a4, b, c); a5 = _mm512_fmadd_ps(a5, b, c);
-    a6 = _mm512_fmadd_ps(a6, b, c); a7 = _mm512_fmadd_ps(a7, b, c); a8 = _mm512_fmadd_ps(a8, b, c);
-    a9 = _mm512_fmadd_ps(a9, b, c); a10 = _mm512_fmadd_ps(a10, b, c); a11 = _mm512_fmadd_ps(a11, b, c);
+    a0 = vec_fmadd(a0, b, c); a1 = vec_fmadd(a1, b, c); a2 = vec_fmadd(a2, b, c);
+    a3 = vec_fmadd(a3, b, c); a4 = vec_fmadd(a4, b, c); a5 = vec_fmadd(a5, b, c);
+    a6 = vec_fmadd(a6, b, c); a7 = vec_fmadd(a7, b, c); a8 = vec_fmadd(a8, b, c);
+    a9 = vec_fmadd(a9, b, c); a10 = vec_fmadd(a10, b, c); a11 = vec_fmadd(a11, b, c);
     __asm__ volatile("" : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5));
   }
-  volatile float keep = _mm512_reduce_add_ps(_mm512_add_ps(
-      _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
-      _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)),
-                    _mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)))));
+  volatile float keep = vec_sum(vec_add(
+      vec_add(vec_add(a0, a1), vec_add(a2, a3)),
+      vec_add(vec_add(vec_add(a4, a5), vec_add(a6, a7)),
+                    vec_add(vec_add(a8, a9), vec_add(a10, a11)))));
   (void)keep;
 }
 
 /* One chain of dependent FMAs: latency-bound, leaves the pipes mostly idle. */
 static void fma_latency(long n) {
-  __m512 a = _mm512_set1_ps(1.0f), b = _mm512_set1_ps(0.999999f), c = _mm512_setzero_ps();
+  vec_t a = vec_set1(1.0f), b = vec_set1(0.999999f), c = vec_zero();
   for (long i = 0; i < n / 8; i++) {
-    a = _mm512_fmadd_ps(a, b, c); a = _mm512_fmadd_ps(a, b, c);
+    a = vec_fmadd(a, b, c); a = vec_fmadd(a, b, c);
   }
-  volatile float keep = _mm512_reduce_add_ps(a);
+  volatile float keep = vec_sum(a);
   (void)keep;
 }
 
-/* Sum a buffer of `bytes` with 512-bit loads, repeatedly: L1 (16 KiB), L2 (512 KiB), DRAM (256 MiB). */
+/* Sum a buffer of `bytes` with the widest loads (vec.h), repeatedly: L1 (16 KiB), L2 (512 KiB), DRAM (256 MiB). */
 static float *buffers[2];
 static long buffer_bytes;
 
 static void read_buffer(float *p, long n) {
   long floats = buffer_bytes / 4;
-  __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+  vec_t s0 = vec_zero(), s1 = s0, s2 = s0, s3 = s0;
   long done = 0;
   while (done < n) {
-    for (long i = 0; i < floats; i += 64) {
-      s0 = _mm512_add_ps(s0, _mm512_load_ps(p + i)); s1 = _mm512_add_ps(s1, _mm512_load_ps(p + i + 16));
-      s2 = _mm512_add_ps(s2, _mm512_load_ps(p + i + 32)); s3 = _mm512_add_ps(s3, _mm512_load_ps(p + i + 48));
+    for (long i = 0; i < floats; i += 4 * VEC_FLOATS) {
+      s0 = vec_add(s0, vec_load(p + i)); s1 = vec_add(s1, vec_load(p + i + VEC_FLOATS));
+      s2 = vec_add(s2, vec_load(p + i + 2 * VEC_FLOATS)); s3 = vec_add(s3, vec_load(p + i + 3 * VEC_FLOATS));
     }
-    done += floats / 16;
+    done += floats / VEC_FLOATS;
   }
-  volatile float keep = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
+  volatile float keep = vec_sum(vec_add(vec_add(s0, s1), vec_add(s2, s3)));
   (void)keep;
 }
 
@@ -127,8 +129,8 @@ static void report(const char *name, int kind, long n) {
 int main(int argc, char **argv) {
   if (argc == 3) { cpu_of[0] = atoi(argv[1]); cpu_of[1] = atoi(argv[2]); }
   printf("logical CPUs %d and %d\n", cpu_of[0], cpu_of[1]);
-  report("FMA throughput (12 chains, zmm)", 0, ITERS * 4);
-  report("FMA latency (1 chain, zmm)", 1, ITERS);
+  report(VEC_BITS == 512 ? "FMA throughput (12 chains, zmm)" : "FMA throughput (12 chains, ymm)", 0, ITERS * 4);
+  report(VEC_BITS == 512 ? "FMA latency (1 chain, zmm)" : "FMA latency (1 chain, ymm)", 1, ITERS);
   const long sizes[3] = {16L << 10, 512L << 10, 256L << 20};
   const char *names[3] = {"reads from L1 (16 KiB a thread)", "reads from L2 (512 KiB a thread)", "reads from DRAM (256 MiB a thread)"};
   for (int k = 0; k < 3; k++) {

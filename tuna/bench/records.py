@@ -94,11 +94,13 @@ def _per_instance_kib(text: str) -> int | None:
 # memory as such a guest sees them) are named here; a 48-core Sapphire Rapids instance is not
 # the 2-vCPU Emerald Rapids guest, so its preset is not detected.
 # Sources: AMD's processor programming references name the families; the model ranges
-# (Zen 4: 10h-1Fh Genoa, 60h-7Fh Raphael/Phoenix, A0h-AFh Bergamo/Siena) follow Linux's
-# arch/x86 CPU matching tables; in Linux's arch/x86/include/asm/intel-family.h, Intel's family 6
+# (Zen 3: 00h-0Fh Milan, 20h-5Fh Vermeer/Rembrandt/Cezanne; Zen 4: 10h-1Fh Genoa, 60h-7Fh
+# Raphael/Phoenix, A0h-AFh Bergamo/Siena) follow Linux's arch/x86/kernel/cpu/amd.c; in
+# Linux's arch/x86/include/asm/intel-family.h, Intel's family 6
 # model CFh is INTEL_EMERALDRAPIDS_X, ADh and AEh INTEL_GRANITERAPIDS_X and _D.
 _PRESETS: tuple[tuple[str, int, tuple[range, ...], str], ...] = (
     ("AMD", 25, (range(0x10, 0x20), range(0x60, 0x80), range(0xA0, 0xB0)), "zen4"),
+    ("AMD", 25, (range(0x00, 0x10), range(0x20, 0x60)), "zen3"),
     ("AMD", 26, (range(0x00, 0x100),), "zen5"),
     ("Intel", 6, (range(0xCF, 0xD0),), "emeraldrapids"),
     ("Intel", 6, (range(0xAD, 0xAF),), "graniterapids"),
@@ -113,8 +115,8 @@ _MASKED_AMX_L1I_KIB = {64: "graniterapids"}
 
 
 def preset_of(info: Mapping[str, Any]) -> str | None:
-    """The CPU preset (``"zen4"``, ``"zen5"``, ``"emeraldrapids"``, ``"graniterapids"``) that a
-    machine record stands for, None if none.
+    """The CPU preset (``"zen3"``, ``"zen4"``, ``"zen5"``, ``"emeraldrapids"``,
+    ``"graniterapids"``) that a machine record stands for, None if none.
 
     ``info`` is :func:`machine_info`'s record (or a pool's ``machine``); an explicit
     ``preset`` in it wins (pools measured before records named the CPU model say it so). An
@@ -136,8 +138,8 @@ def preset_of(info: Mapping[str, Any]) -> str | None:
         if vendor not in name or family != fam:
             continue
         if model is None:
-            # AMD's families are its generations, so a model-less record still names one;
-            # Intel's family 6 spans two decades.
+            # A model-less AMD record names its family's first preset (family 19h: Zen 4, as
+            # every pool recorded so was); Intel's family 6 spans two decades.
             if vendor == "AMD":
                 return preset
         elif any(model in r for r in models):
