@@ -51,6 +51,13 @@ def test_the_loop_vectorizer_bound_on_body_accesses_matches_llvm(k, parallel):
     assert predicted == (LoopKind.VECTORIZED if vectorized else LoopKind.SERIAL)
 
 
+def test_the_zen3_preset_compiles_avx2_code():
+    # No AVX-512 on Zen 3 (it faults on the Zen 3 guest): ymm registers only, and the 16 of AVX2.
+    asm = tvm.compile(_updates(8, 8), target=tvm_target(machine.preset("zen3"))).mod.inspect_source("s")
+    assert "vfmadd" in asm and "ymm" in asm and "zmm" not in asm
+    assert not re.search(r"\b[xy]mm(1[6-9]|2\d|3[01])\b", asm)
+
+
 def _depthwise(width: int, pad_inside: bool) -> tvm.IRModule:
     """A 3 x 3 depthwise convolution as MetaSchedule's CPU schedules have it: a rolled loop over
     ``width`` output columns around the unrolled window of three channels, whose accumulators

@@ -307,6 +307,14 @@ def test_zen5_runs_zmm_fmas_at_full_width():
     assert zmm < simulator.simulate([_fma_x86(i) for i in range(16)], machine.preset("zen4")).cycles / 1.8
 
 
+def test_zen3_runs_ymm_fmas_two_a_cycle():
+    # Zen 3: AVX2 only, two 256-bit FMA pipes; 12 independent accumulators hide the latency of 4.
+    m = machine.preset("zen3")
+    assert (m.vector_bits, m.vector_registers, m.lanes(4)) == (256, 16, 8)
+    t = simulator.simulate([_fma_x86(i, a=14, b=15, reg="ymm") for i in range(12)], m)
+    assert t.port_bound == pytest.approx(6) and t.cycles == pytest.approx(6, rel=0.1)
+
+
 def test_in_order_honours_false_dependencies():
     a53 = machine.preset("cortex-a53")
     body = [
