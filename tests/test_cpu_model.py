@@ -656,6 +656,9 @@ def test_accumulators_a_multiple_of_4_kib_apart_serialise():
     # 64 bytes further apart, or few enough heads: no aliasing, the chain is the FMA's.
     for heads, floats in ((12, 16384 + 16), (6, 16384)):
         assert statement_counts(*_head_updates(heads, floats), zen4)["alias"] == 0
+    # Zen 5 (zen4_alias.zen5.txt): beyond 9, 40 cycles each.
+    assert statement_counts(*_head_updates(12, 16384), machine.preset("zen5"))["alias"] == pytest.approx(64 * 3 * 40)
+    assert statement_counts(*_head_updates(9, 16384), machine.preset("zen5"))["alias"] == 0
     # A machine without the measurements has no such term.
     assert statement_counts(*_head_updates(12, 16384), machine.preset("graviton2"))["alias"] == 0
 

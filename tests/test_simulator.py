@@ -383,10 +383,11 @@ def _zmm_load(dst: int, disp: int) -> Instruction:
 
 #: Measured gathers (scripts/microbench/zen4_memory.<machine>.txt): the cycles of four 16-element
 #: gathers in a row (zen4: 17.8-27.6 each, the file's 18 at the low end; emeraldrapids: 6.3-19.2,
-#: the file's 10, the median; graniterapids: 6.1) and what a gather adds beside four 512-bit loads
-#: (zen4: 21.5-29.5 against 4.2-7.3 alone; emeraldrapids: 10.0-28.7 against 3.8-5.2;
-#: graniterapids: 7.9-8.0 against 3.4-3.5).
-_GATHERS = {"zen4": ((64, 80), (16, 24)), "emeraldrapids": ((36, 48), (9, 16)), "graniterapids": ((20, 30), (4, 10))}
+#: the file's 10, the median; graniterapids: 6.1; zen5: 17.8-21.0) and what a gather adds beside
+#: four 512-bit loads (zen4: 21.5-29.5 against 4.2-7.3 alone; emeraldrapids: 10.0-28.7 against
+#: 3.8-5.2; graniterapids: 7.9-8.0 against 3.4-3.5; zen5: 21.3-21.9 against 3.6-4.1).
+_GATHERS = {"zen4": ((64, 80), (16, 24)), "emeraldrapids": ((36, 48), (9, 16)), "graniterapids": ((20, 30), (4, 10)),
+            "zen5": ((64, 84), (16, 23))}
 
 
 @pytest.mark.parametrize("preset", sorted(_GATHERS))
@@ -409,13 +410,18 @@ def test_a_preset_whose_data_file_gives_no_gather_timing_keeps_one_vector_loads(
 
 #: Two 64-byte stores and a load of B bytes at +O from the first, as measured on each preset
 #: (scripts/microbench/zen4_memory.c; zen4_memory.zen4.txt, zen4_memory.emr.txt,
-#: zen4_memory.gnr.txt): forwarded (2-7 cycles an iteration) or not (20-30). (preset, size,
-#: offset, forwarded)
+#: zen4_memory.gnr.txt, zen4_memory.zen5.txt): forwarded (2-7 cycles an iteration) or not
+#: (19-30). (preset, size, offset, forwarded)
 _FORWARDING = [
     *(("zen4", *case) for case in [
         (64, 0, True), (64, 8, False), (64, 28, False), (64, 32, True), (64, 36, False), (64, 64, True),
         (32, 4, False), (32, 32, True), (16, 4, True), (16, 16, True), (16, 20, False), (8, 24, True),
         (8, 28, False), (8, 60, False), (4, 4, True), (4, 60, True)]),
+    # Zen 5 as Zen 4, but a 64-byte load forwards only from inside one store (+32 fails).
+    *(("zen5", *case) for case in [
+        (64, 0, True), (64, 8, False), (64, 28, False), (64, 32, False), (64, 36, False), (64, 64, True),
+        (32, 4, False), (32, 32, True), (32, 36, False), (16, 4, True), (16, 16, True), (16, 20, False),
+        (16, 48, True), (16, 52, False), (8, 24, True), (8, 28, False), (8, 60, False), (4, 4, True), (4, 60, True)]),
     # Golden Cove, and Redwood Cove after it, forward a load inside the store only at a multiple
     # of its own size (the same cases measured on both).
     *((preset, *case) for preset in ("emeraldrapids", "graniterapids") for case in [
@@ -450,7 +456,8 @@ def test_store_forwarding_as_measured(preset, size, offset, forwarded):
 
 #: A load at the start of stores narrower than it (scripts/microbench/zen4_memory.c; on Zen 4
 #: checked after the rule was written): stores, load, and whether Zen 4 and Emerald Rapids forward
-#: (Granite Rapids as Emerald Rapids: 23.4, 22.4-23.8 and 20.1-22.6 cycles, 3.0-3.1 forwarded).
+#: (Granite Rapids as Emerald Rapids: 23.4, 22.4-23.8 and 20.1-22.6 cycles, 3.0-3.1 forwarded;
+#: Zen 5 too: 19.8-21.4, 18.9-20.1 and 18.6-20.7 cycles, 2.0 forwarded).
 _NARROW_STORES = [
     (["vmovss dword ptr [rsp + 0], xmm1", "vmovss dword ptr [rsp + 4], xmm1", "vmovss dword ptr [rsp + 8], xmm1",
       "vmovss dword ptr [rsp + 12], xmm1"], "vmovups xmm2, xmmword ptr [rsp]", False, False),  # 24-25, 23-27 cycles
@@ -464,7 +471,8 @@ _NARROW_STORES = [
 
 @pytest.mark.parametrize("stores,load,zen4,emeraldrapids", _NARROW_STORES)
 def test_loads_over_narrower_stores_as_measured(stores, load, zen4, emeraldrapids):
-    for preset, forwarded in (("zen4", zen4), ("emeraldrapids", emeraldrapids), ("graniterapids", emeraldrapids)):
+    for preset, forwarded in (("zen4", zen4), ("emeraldrapids", emeraldrapids), ("graniterapids", emeraldrapids),
+                              ("zen5", emeraldrapids)):
         cycles = _reload_cycles(stores, load, preset)
         fail = simulator.uarch(machine.preset(preset)).store_forward_fail_latency
         assert (cycles < 10) if forwarded else (cycles >= fail), (preset, cycles)
@@ -660,6 +668,16 @@ def test_zen4_overlaps_independent_chains_as_far_as_its_fp_scheduler_holds(k, sh
     # (its FP register file?), not modelled.
     t = simulator.simulate(_chain_iteration(k, shuffles), machine.preset("zen4"))
     assert measured * 0.7 <= t.cycles <= measured * 1.1, t.cycles
+
+
+@pytest.mark.parametrize("k,shuffles,measured", [(16, False, 8.5), (32, False, 20.4), (48, False, 35.6),
+                                                 (64, False, 52.6), (96, False, 93.3), (48, True, 41.2)])
+def test_zen5_overlaps_independent_chains_as_far_as_its_fp_scheduler_holds(k, shuffles, measured):
+    # scripts/microbench/zen4_window.zen5.txt, medians of nine runs: Zen 5's chains of 2-cycle
+    # adds overlap as a 64-entry FP scheduler allows (0.78-1.04 of the measured time); the
+    # 160 entries guessed before gave 0.51 for K = 96.
+    t = simulator.simulate(_chain_iteration(k, shuffles), machine.preset("zen5"))
+    assert measured * 0.75 <= t.cycles <= measured * 1.1, t.cycles
 
 
 def test_a_non_scheduling_queue_lets_dispatch_run_ahead_but_not_issue():

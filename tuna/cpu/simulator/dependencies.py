@@ -244,7 +244,8 @@ def _forwards(off: int, size: int, store: tuple, match: list[tuple[int, tuple]],
     It does when it lies inside the last store to overlap it, and on a machine that forwards
     in chunks (``ua.store_forward_chunk``) inside one chunk of that store, or, when wider than
     a chunk, starts on a chunk of it and every byte it reads was stored (Zen 4: a 64-byte load
-    at +32 from two 64-byte stores forwards, a 32-byte load at +4 from one does not).
+    at +32 from two 64-byte stores forwards, a 32-byte load at +4 from one does not), by that
+    one store where ``ua.store_forward_one_store`` (Zen 5: the 64-byte load at +32 does not).
     On a machine that forwards only aligned loads (``ua.store_forward_aligned``), a load
     inside the store forwards at an offset into it that is a multiple of its own size.
     Otherwise the load waits until the store has left the queue.
@@ -258,6 +259,8 @@ def _forwards(off: int, size: int, store: tuple, match: list[tuple[int, tuple]],
         return inside
     if size <= chunk:
         return inside and (off - start) // chunk == (off + size - 1 - start) // chunk
+    if ua.store_forward_one_store:
+        return inside and (off - start) % chunk == 0
     covered = set()
     for _, sm in match:
         covered.update(range(max(off, sm[1]), min(off + size, sm[1] + sm[2])))

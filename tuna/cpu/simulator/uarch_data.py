@@ -133,6 +133,10 @@ class Uarch:
     store_forward_aligned : bool
         Whether a load inside a store forwards only at an offset into it that is a multiple
         of the load's own size (Golden Cove: a 16-byte load at +16 forwards, at +8 it fails).
+    store_forward_one_store : bool
+        Whether a load wider than a chunk forwards only from inside one store (Zen 5: a
+        64-byte load over two 32-byte stores, or at +32 over two 64-byte ones, fails; Zen 4
+        forwards both).
     store_queue : int or None
         Stores in flight (store-queue entries); None: not known.
     store_alias_tolerated, store_alias_penalty : int, float or None
@@ -172,6 +176,7 @@ class Uarch:
     store_alias_tolerated: int | None = None
     store_alias_penalty: float | None = None
     store_forward_aligned: bool = False
+    store_forward_one_store: bool = False
 
     def timing(self, klass: str, width: int = 64) -> ClassTiming:
         """Timing of ``klass`` at operand ``width`` bits (a class not known is an ALU op)."""
@@ -333,6 +338,7 @@ def load_uarch(name: str) -> Uarch:
             store_forward_fail_latency=_optional(data, "store_forward_fail_latency", float),
             store_forward_chunk=_optional(data, "store_forward_chunk", int),
             store_forward_aligned=bool(data.get("store_forward_aligned", False)),
+            store_forward_one_store=bool(data.get("store_forward_one_store", False)),
             schedulers=tuple(int(q["size"]) for q in scheds),
             port_scheduler=tuple(port_sched),
             table=MappingProxyType(table),

@@ -42,14 +42,16 @@ _TUNING_PREFIXES = ("fast-", "slow-", "false-deps", "no-", "prefer-", "tuning", 
                     "branchfusion", "allow-light-256", "sbb-dep", "avoid-", "faster-", "ermsb")
 
 
-# x86 extensions for the operating system, virtualisation and tracing (enqueue commands, memory
-# encryption and protection keys, processor trace, shadow stacks, user interrupts, wait,
-# write-back and cache-line demotion instructions, AMD's CLZERO, MONITORX and RDPRU):
-# hypervisors hide them from guests (the Granite Rapids guest of graniterapids.toml hides eight
-# of Intel's, as LLVM reads its CPUID), and LLVM emits them only for their intrinsics, never in
-# a tensor program.
+# x86 extensions for the operating system, virtualisation and tracing (enqueue commands and
+# direct stores to device memory, memory encryption and protection keys, processor trace, shadow
+# stacks, user interrupts, wait, write-back and cache-line demotion instructions, code prefetch,
+# AMD's CLZERO, MONITORX and RDPRU): hypervisors hide them from guests (the Granite Rapids guest
+# of graniterapids.toml hides eight of Intel's, the Zen 5 guest of zen5.toml MOVDIRI, MOVDIR64B
+# and PREFETCHI, as LLVM reads its CPUID), and LLVM emits them only for their intrinsics, never
+# in a tensor program.
 _SYSTEM_FEATURES = frozenset({"enqcmd", "pconfig", "pku", "ptwrite", "shstk", "uintr", "waitpkg", "wbnoinvd",
-                              "clzero", "mwaitx", "rdpru", "sgx", "hreset", "invpcid", "cldemote"})
+                              "clzero", "mwaitx", "rdpru", "sgx", "hreset", "invpcid", "cldemote",
+                              "movdiri", "movdir64b", "prefetchi"})
 
 
 class MeasureError(TunaError):
