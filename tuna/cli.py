@@ -270,7 +270,8 @@ def _tune(args: argparse.Namespace) -> int:
             what = "predicted"
         print(f"\n   tuning time {result.tune_seconds:.1f} s; {result.trials} candidates {what}{scored}")
         if result.dropped:
-            print(f"   {result.dropped} candidate{'s' * (result.dropped != 1)} dropped unpredicted: the build ran "
+            print(f"   {result.dropped} candidate{'s' * (result.dropped != 1)} dropped "
+                  f"{'unmeasured' if args.measure is not None else 'unpredicted'}: the build ran "
                   "past the builder's limit of CPU seconds, or its process died")
         if result.confirmed:
             print(f"   the chosen schedule ran in {result.measured_seconds * 1e6:,.1f} us here (the fastest of the "

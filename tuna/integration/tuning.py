@@ -60,9 +60,9 @@ class TuneResult:
         Wall-clock time before the tuning run began: checks, the cost model (which loads
         TVM's tensor intrinsics), builder, runner and search.
     dropped : int
-        Candidates never predicted because their build ran past the builder's limit of CPU
-        seconds (or its process died: :class:`~tuna.integration.StaticBuilder`); 0 in
-        hybrid tuning, whose builder measures.
+        Candidates never predicted (offline) or measured (hybrid) because their build ran
+        past the builder's limit of CPU seconds (or its process died:
+        :class:`~tuna.integration.StaticBuilder`).
     ir_predicted : int
         Of the ``trials``, those tuna's ES handed over with the IR tier's prediction put on the
         full tier's scale, not analysed by the full tier (``ESSearch(full_share=...)``):
@@ -164,7 +164,8 @@ def tune(
         ``HYBRID_SHORTLIST * HYBRID_PER_ROUND`` among those whose feature rows differ from
         each other and from every candidate measured so far (a candidate the model cannot
         tell apart from one measured teaches it nothing) go to ``pick_tier``, whose best
-        :data:`HYBRID_PER_ROUND` are built and measured by ``runner``, and the cost model
+        :data:`HYBRID_PER_ROUND` are built (:data:`HYBRID_BUILD_CPU_SECONDS` CPU seconds each
+        at most) and measured by ``runner``, and the cost model
         learns from their run times (:class:`~.cost_model.TunaCostModel`); then the
         ``confirm`` fastest are measured once more and the schedule chosen is the fastest
         over both measurements.
@@ -226,13 +227,11 @@ def tune(
     hybrid = measure is not None
     if hybrid:
         # Imported here: .measure imports this module (bench tune runs tune()).
-        from .measure.measured_tuning import BUILD_TIMEOUT, measuring_builder_runner
         from .measure.timing import check_runnable
 
         if runner is None:
             check_runnable(mach)
-        tools = measuring_builder_runner(BUILD_TIMEOUT)
-        builder, runner = tools["builder"], runner or tools["runner"]
+        builder, runner = StaticBuilder(timeout_sec=HYBRID_BUILD_CPU_SECONDS), runner or ms.runner.LocalRunner()
         pick_tier = pick_tier_for(mach, pick_tier)
         if cluster and pick_tier == "full":
             check_cluster(cluster)
@@ -247,8 +246,7 @@ def tune(
         known = Predictions()
         builder = StaticBuilder(known=known)
     with held_work_dir(work_dir, "measured" if hybrid else "predicted") as run:
-        if not hybrid:
-            run.watched.append(builder)
+        run.watched.append(builder)
         callbacks = [*ms.measure_callback.MeasureCallback.create("default"), run.written]
         if progress is not None:
             callbacks = [*callbacks, _Progress(progress, max_trials, cost_model, "measured" if hybrid else "predicted")]
@@ -288,8 +286,10 @@ def tune(
                 sch = confirmed[0].schedule(mod)
         elapsed = time.perf_counter() - start
     if sch is None:
+        stopped = (f" ({builder.dropped} of them stopped at the builder's limit of {builder.timeout_sec:g} CPU seconds)"
+                   if builder.dropped else "")
         raise TunaError("tuning produced no valid schedule: every candidate failed to build or "
-                        + ("run" if hybrid else "analyse"))
+                        + ("run" if hybrid else "analyse") + stopped)
     # The tier the runner predicted the candidates with, so the report agrees with the database.
     est = estimate_module(sch.mod, mach, runner_tier(mach))
     if not hybrid:
@@ -302,12 +302,20 @@ def tune(
         best = database.get_top_k(database.commit_workload(mod), 1)
         measured = float(sum(float(s) for s in best[0].run_secs) / len(best[0].run_secs)) if best else None
     return TuneResult(database, sch, mach, est.seconds, est, len(cost_model.records) + len(confirmed), elapsed,
-                      cost_model, measured, setup_seconds=start - entered, confirmed=confirmed)
+                      cost_model, measured, setup_seconds=start - entered, dropped=builder.dropped, confirmed=confirmed)
 
 
 #: Candidates measured per round in hybrid tuning (``tune(..., measure=N)``): few, each
 #: round's run times teach the model before the next round is chosen.
 HYBRID_PER_ROUND = 8
+
+#: CPU seconds one candidate's build (compile and export) may take in hybrid tuning; one that
+#: takes longer fails and costs only this. Counted in CPU seconds as offline, so that load
+#: does not decide what is dropped; MetaSchedule's LocalBuilder allows 30 wall-clock seconds,
+#: its worker's start-up included. An SFM:1 candidate unrolled three times over 512 rows
+#: (the IR tier's pick, seed 0) compiled for more than 160 CPU seconds without finishing:
+#: the wall-clock limit of 120 s that hybrid tuning had before cost each run two minutes.
+HYBRID_BUILD_CPU_SECONDS = 30.0
 
 #: Of a hybrid run's measurements, how many measure its fastest candidates a second time
 #: (``tune(..., confirm=...)``'s default, for ``measure`` of at least 8 times this).
