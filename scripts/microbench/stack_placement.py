@@ -13,7 +13,8 @@ Usage (from the repository root, on an idle machine)::
 compiles each TVMScript schedule for tuna's ``zen4`` preset, then for each environment
 padding from 0 to 3968 bytes in steps of 128 runs a fresh process (``env -i``, one TVM
 thread) that prints the median of 5 ``time_evaluator`` repeats of at least 30 ms for each
-schedule, in milliseconds. Output: ``scripts/microbench/stack_placement.zen4.txt``.
+schedule (random float32 arguments: for float32 kernels), in milliseconds. Output kept:
+``scripts/microbench/stack_placement.zen4.txt`` and ``stack_placement.set21.zen4.txt``.
 """
 
 from __future__ import annotations
