@@ -12,15 +12,17 @@ Usage (from the repository root, on an idle machine)::
 
 compiles each TVMScript schedule for tuna's ``zen4`` preset, then for each environment
 padding from 0 to 3968 bytes in steps of 128 runs a fresh process (``env -i``, one TVM
-thread) that prints the median of 5 ``time_evaluator`` repeats of at least 30 ms for each
-schedule (random float32 arguments: for float32 kernels), in milliseconds. Output kept:
-``scripts/microbench/stack_placement.zen4.txt`` and ``stack_placement.set21.zen4.txt``.
+thread) that times each schedule as the pools were timed (``timing.Timer``: median of 5
+``time_evaluator`` repeats of at least 30 ms) and prints the times in milliseconds (random
+float32 arguments: for float32 kernels). Output kept: ``stack_placement.zen4.txt`` and
+``stack_placement.set21.zen4.txt`` here, taken when the child timed with its own copy of that
+yardstick and did not import tuna; a rerun lays out the heap differently, so which paddings
+are slow moves, while the split into fast and slow placements stays.
 """
 
 from __future__ import annotations
 
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -30,15 +32,16 @@ def child(libraries: list[str]) -> None:
     import numpy as np
     import tvm
 
+    from tuna.integration.measure.timing import Timer
+
     dev = tvm.cpu()
     times = []
     for path in libraries:
-        lib = tvm.runtime.load_module(path)
-        shapes = [tuple(int(s) for s in line.split("x")) for line in open(path + ".shapes").read().split()]
+        with open(path + ".shapes") as f:
+            shapes = [tuple(int(s) for s in word.split("x")) for word in f.read().split()]
         rng = np.random.default_rng(0)
         args = [tvm.runtime.tensor(rng.standard_normal(s).astype("float32"), dev) for s in shapes]
-        ev = lib.time_evaluator("main", dev, number=1, repeat=5, min_repeat_ms=30)
-        times.append(statistics.median(ev(*args).results) * 1e3)
+        times.append(Timer(tvm.runtime.load_module(path), args, dev)() * 1e3)  # the pools' yardstick
     print(len(os.environ.get("PAD", "")), " ".join(f"{t:.3f}" for t in times), flush=True)
 
 
