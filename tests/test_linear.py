@@ -28,7 +28,8 @@ def test_fit_holds_measured_coefficients_and_fits_the_rest():
     fitted = linear.fit(rows, lat, fixed={"launches": 3e4})
     assert fitted["launches"] == 3e4 and fitted["compute_cycles"] > 0
     zen4 = machine.preset("zen4")
-    unpriced = {"tir_fp_cycles": 0.0, "tir_chain_cycles": 0.0, "const": 0.0, "call_block_ops": linear.CALL_BLOCK_OPS}
+    unpriced = {"tir_fp_cycles": 0.0, "tir_chain_cycles": 0.0, "const": 0.0, "call_block_ops": linear.CALL_BLOCK_OPS,
+                "l1_excess_cycles": linear.L1_EXCESS}
     assert linear.held(zen4, "full") == {
         "launches": zen4.parallel_region_us * 1e-6 * zen4.frequency_ghz * 1e9, "l2_fill_cycles": 1.0, **unpriced}
     # L2 fills count at the target file's bandwidth on every CPU; a launch's cost is held only
@@ -37,6 +38,7 @@ def test_fit_holds_measured_coefficients_and_fits_the_rest():
     assert linear.held(graviton, "full") == {"l2_fill_cycles": 1.0, "launches": linear.launch_cycles(graviton),
                                               **unpriced}
     assert linear.coefficients(zen4, "full").values["l2_fill_cycles"] == 1.0
+    assert linear.coefficients(zen4, "full").values["l1_excess_cycles"] == linear.L1_EXCESS
     # The IR tier holds the full tier's price of the code around library calls, and the
     # physical defaults for the rest: it is not fitted (see linear.held).
     physical = dict(linear.default_coefficients(zen4, "ir").values)

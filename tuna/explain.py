@@ -30,6 +30,7 @@ CPU_BOUNDS = {
     "load_ops": "compute",
     "store_ops": "compute",
     "l1_fill_cycles": "L1 cache",
+    "l1_excess_cycles": "L1 cache",
     "l2_fill_cycles": "L2 cache",
     "l3_fill_cycles": "L3 cache",
     "dram_cycles": "memory",
