@@ -190,8 +190,9 @@ def held(machine: Machine, tier: str, full: Mapping[str, float] | None = None) -
     (shipped coefficients otherwise; mean over pools, every candidate of the Zen 4 sets
     17-21, 36 pools: top-1 0.926 -> 0.930, top-10 0.911 -> 0.919, tau 0.792 -> 0.800; 32
     candidates of each of the 66 pools of sets 1-16: 0.947 -> 0.951, 0.909 -> 0.942,
-    0.772 -> 0.794; any value from 1.5 to 3.5 gained top-10 and tau on both). It was then
-    judged once on the unseen set 22 (BENCHMARKS.md).
+    0.772 -> 0.794; any value from 1.5 to 3.5 gained top-10 and tau on both). Judged once on
+    the unseen set 22 (seven conv2d layers, docs/bench/heldout-pools-22): top-1 0.795 ->
+    0.895, top-10 0.807 -> 0.895, tau 0.768 -> 0.809.
 
     The full tier's ``l3_fill_cycles`` and ``dram_cycles`` are fitted (:data:`FULL_FITTED`):
     held at face value (1) they priced traffic from L3 and memory as if nothing overlapped

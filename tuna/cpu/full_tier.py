@@ -43,7 +43,7 @@ MAPPED_LANES_FLOOR = 0.9
 #: Share of the per-thread compute cycles during which the core hides L1 fills from the L2;
 #: the fill cycles beyond it are ``l1_excess_cycles``. On 36 Zen 4 development pools (sets
 #: 17-21) the shipped model's within-pool error grew with fills per compute cycle from
-#: about 0.3 on: measured/predicted 1.08x at 0.3-0.4, 1.57x at 1-1.2, 2.4x at 1.5-3. Knees
+#: about 0.3 on: measured/predicted 1.08x at 0.3-0.4, 1.56x at 1-1.2, 2.4x at 1.5-3. Knees
 #: of 0.25-0.35 ranked those pools and 66 earlier ones alike (linear.L1_EXCESS).
 L1_HIDDEN_SHARE = 0.3
 #: Library functions LLVM calls for plain memory work (zeroing or copying a tile).
