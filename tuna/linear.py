@@ -185,7 +185,7 @@ def held(machine: Machine, tier: str, full: Mapping[str, float] | None = None) -
     :data:`tuna.cpu.full_tier.L1_HIDDEN_SHARE` of the compute cycles) is held at
     :data:`L1_EXCESS`, added on 2026-12-03 to the shipped Zen 4 fit without refitting the
     other terms. ``l1_fill_cycles``, fitted at 0.10, priced fills as almost wholly hidden,
-    and candidates whose fills outweigh their arithmetic ran 1.5-2.3x slower than predicted
+    and candidates whose fills outweigh their arithmetic ran 1.5-2.4x slower than predicted
     against their pool-mates. The value was chosen on development pools only, over 1-3.5
     (shipped coefficients otherwise; mean over pools, every candidate of the Zen 4 sets
     17-21, 36 pools: top-1 0.926 -> 0.930, top-10 0.911 -> 0.919, tau 0.792 -> 0.800; 32
