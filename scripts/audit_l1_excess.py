@@ -23,12 +23,13 @@ from __future__ import annotations
 import argparse
 import itertools
 import math
-from pathlib import Path
 
 import numpy as np
 
-from tuna import cli, linear
-from tuna.bench import evaluation, metrics, pools
+from tuna import linear
+from tuna.bench import evaluation, metrics
+from tuna.cli import _cached_features, _load_pools
+from tuna.cpu.full_tier import l1_excess_cycles
 from tuna.machine import preset
 
 EDGES = (0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1, 1.2, 1.5, 2, 3, 5, math.inf)
@@ -46,15 +47,11 @@ def main() -> None:
     mach = preset(args.target)
     coeffs = linear.coefficients(mach, "full")
     shipped = coeffs.values.get("l1_excess_cycles", 0.0)
-    chosen = []
-    for item in args.pools:
-        for f in pools.pool_files(item) if Path(item).is_dir() else [item]:
-            pool = pools.load_pool(f)
-            chosen.append(pools.subsample(pool, args.sample) if args.sample else pool)
-    feats = cli._cached_features(chosen, mach, ["full"], args.features_cache)[0]["full"]
+    chosen = _load_pools(args.pools, args.sample or None)
+    feats = _cached_features(chosen, mach, ["full"], args.features_cache)[0]["full"]
 
     def cycles(r: dict, knee: float, price: float) -> float:
-        extra = max(0.0, r["l1_fill_cycles"] - knee * r["compute_cycles"])
+        extra = l1_excess_cycles(r, knee)
         return max(coeffs.cycles(r) - shipped * r.get("l1_excess_cycles", 0.0) + price * extra, 1.0)
 
     errors, ratios = [], []

@@ -20,6 +20,7 @@ turns the resulting cycle terms into seconds.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from types import MappingProxyType
 
 from .. import linear
@@ -46,6 +47,12 @@ MAPPED_LANES_FLOOR = 0.9
 #: about 0.3 on: measured/predicted 1.08x at 0.3-0.4, 1.56x at 1-1.2, 2.4x at 1.5-3. Knees
 #: of 0.25-0.35 ranked those pools and 66 earlier ones alike (linear.L1_EXCESS).
 L1_HIDDEN_SHARE = 0.3
+
+
+def l1_excess_cycles(features: Mapping[str, float], share: float = L1_HIDDEN_SHARE) -> float:
+    """The L1 fill cycles beyond ``share`` of the compute cycles, from a candidate's features."""
+    return max(0.0, features["l1_fill_cycles"] - share * features["compute_cycles"])
+
 #: Library functions LLVM calls for plain memory work (zeroing or copying a tile).
 MEMORY_CALLS = frozenset({"memset", "memcpy", "memmove", "bzero"})
 
@@ -157,7 +164,7 @@ def estimate(kernel: KernelIR, machine: Machine) -> Estimate:
     for terms in (ir_tier.memory_terms(kernel, machine), ir_tier.loop_tree_bounds(kernel, machine)):
         for term, value in terms.items():
             feats[term] = value
-    feats["l1_excess_cycles"] = max(0.0, feats["l1_fill_cycles"] - L1_HIDDEN_SHARE * feats["compute_cycles"])
+    feats["l1_excess_cycles"] = l1_excess_cycles(feats)
     feats["const"] = 1.0
     coeffs = linear.coefficients(machine, "full")
     seconds = linear.seconds(feats, coeffs, machine)
