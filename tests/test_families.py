@@ -78,6 +78,7 @@ def test_every_task_of_the_networks_has_a_family():
     assert families["mobilenetv2/fused_conv2d1_add_tir_clip"] == "depthwise"
     assert families["bert/fused_matmul3_add2_gelu"] == "dense"
     assert families["bert/matmul2"] == "batch_matmul"
+    assert families["bert-large/layer_norm"] == "layernorm"
     assert families["resnet50/max_pool2d"] == "pool"
 
 

@@ -1,5 +1,5 @@
 """Whole networks for ``tuna bench network``: ResNet-18, ResNet-50, MobileNetV2 and one
-BERT-base encoder layer, batch 1.
+encoder layer of BERT-base and of BERT-large, batch 1.
 
 Each network is written once, against a small set of tensor operations (:class:`RelaxOps`
 builds a TVM Relax module; :class:`TorchOps` runs PyTorch eagerly with the same weights),
@@ -10,6 +10,7 @@ compilers do, so the convolutional networks are conv + bias (+ ReLU or ReLU6) th
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -223,7 +224,10 @@ def _mobilenet_v2(ops: Any, x: Any, weights: _Weights, classes: int = 1000) -> A
 
 def _bert_layer(ops: Any, x: Any, weights: _Weights, seq: int = 128, hidden: int = 768, heads: int = 12,
                 ffn: int = 3072) -> Any:
-    """One BERT-base encoder layer (Devlin et al., 2019): self-attention and feed-forward, post-norm."""
+    """One BERT encoder layer (Devlin et al., 2019): self-attention and feed-forward, post-norm.
+
+    The defaults are BERT-base's sizes; BERT-large has ``hidden=1024, heads=16, ffn=4096``.
+    """
     d = hidden // heads
 
     def dense(x, cin, cout):
@@ -274,6 +278,8 @@ NETWORKS: dict[str, Network] = {
         Network("mobilenetv2", "MobileNetV2, batch 1, 3x224x224, random weights", (1, 3, 224, 224),
                 _mobilenet_v2),
         Network("bert", "BERT-base encoder layer, batch 1, 128 tokens, random weights", (1, 128, 768), _bert_layer),
+        Network("bert-large", "BERT-large encoder layer, batch 1, 128 tokens, random weights", (1, 128, 1024),
+                functools.partial(_bert_layer, hidden=1024, heads=16, ffn=4096)),
     )
 }
 
