@@ -435,6 +435,7 @@ def _burn():
         pass
 
 
+@pytest.mark.slow  # loads every core for about two minutes (125 s on the Zen 3 guest)
 def test_the_builders_limit_counts_cpu_seconds_so_load_does_not_decide_what_is_dropped():
     """Under a load that stretches a 1-CPU-second build past 3 wall-clock seconds (LocalBuilder's own
     limit of 3 s drops it), StaticBuilder's 3 CPU seconds let it through; a 5-second one is stopped.

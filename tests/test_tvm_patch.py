@@ -26,6 +26,7 @@ print("tuned", len(db.get_all_tuning_records()))
 """
 
 
+@pytest.mark.slow  # copies TVM and tunes through it: 103 s on the Zen 3 guest
 @pytest.mark.skipif(shutil.which("patch") is None, reason="needs the patch program")
 def test_patch_lets_tune_tir_name_tuna(tmp_path):
     installed = Path(tvm.__file__).parent
