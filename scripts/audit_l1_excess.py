@@ -8,8 +8,11 @@ pools where ``--features-cache`` has none), then prints:
   mean of a candidate's two timings, over predicted time, each pool's median removed),
   binned by ``l1_fill_cycles / compute_cycles``;
 - the mean ranking metrics over the pools (``bench rank``'s test split, seed 0) with the term
-  at 0 and for each knee (``tuna.cpu.full_tier.L1_HIDDEN_SHARE``) and price
-  (``tuna.linear.L1_EXCESS``) of the grid, the other coefficients as shipped.
+  at 0, as shipped, and for each knee and price (``tuna.linear.L1_EXCESS``) of the grid, the
+  other coefficients as shipped. A knee is a share of the compute cycles
+  (``tuna.cpu.full_tier.L1_HIDDEN_SHARE``), or with ``--bytes`` L1 fill bytes a compute cycle,
+  turned into a share at the target's L1 fill rate (how a knee in bytes, one for every
+  machine, was tried on Zen 3 on 2026-12-04: BENCHMARKS.md, "Zen 3's third held-out set").
 
 This is how the term's knee and price were chosen on development pools (BENCHMARKS.md, "L1
 fills the computation does not hide"). Usage::
@@ -29,7 +32,7 @@ import numpy as np
 from tuna import linear
 from tuna.bench import evaluation, metrics
 from tuna.cli import _cached_features, _load_pools
-from tuna.cpu.full_tier import l1_excess_cycles
+from tuna.cpu.full_tier import L1_HIDDEN_SHARE, l1_excess_cycles
 from tuna.machine import preset
 
 EDGES = (0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1, 1.2, 1.5, 2, 3, 5, math.inf)
@@ -42,6 +45,7 @@ def main() -> None:
     ap.add_argument("--sample", type=int, default=0)
     ap.add_argument("--target", default="zen4")
     ap.add_argument("--knees", default="0.2,0.25,0.3,0.35,0.4")
+    ap.add_argument("--bytes", action="store_true", help="knees in L1 fill bytes a compute cycle")
     ap.add_argument("--prices", default="1,1.5,2,2.5,3,3.5,4")
     args = ap.parse_args()
     mach = preset(args.target)
@@ -82,11 +86,15 @@ def main() -> None:
     base = mean_metrics(0.0, 0.0)
     print(f"{len(chosen)} pools; without the term:", "/".join(f"{x:.3f}" for x in base),
           f"({'/'.join(metrics.METRICS)})")
+    m = mean_metrics(L1_HIDDEN_SHARE, shipped)
+    print(f"as shipped (knee {L1_HIDDEN_SHARE}, price {shipped}):", "/".join(f"{x:.3f}" for x in m))
+    per_byte = 1 / next(c.bytes_per_cycle for c in mach.caches if c.level == 1)
     for knee in map(float, args.knees.split(",")):
+        share = knee * per_byte if args.bytes else knee
         for price in map(float, args.prices.split(",")):
-            m = mean_metrics(knee, price)
-            print(f"knee {knee} price {price}:", "/".join(f"{x:.3f}" for x in m),
-                  f"(top-10 {m[2] - base[2]:+.3f}, tau {m[4] - base[4]:+.3f})")
+            m = mean_metrics(share, price)
+            print(f"knee {knee}{' bytes' if args.bytes else ''} (share {share:.3f}) price {price}:",
+                  "/".join(f"{x:.3f}" for x in m), f"(top-10 {m[2] - base[2]:+.3f}, tau {m[4] - base[4]:+.3f})")
 
 
 if __name__ == "__main__":
