@@ -351,3 +351,13 @@ def test_a_reduction_store_sunk_out_of_its_loop_is_not_an_unrolled_copy():
     # a few calls of TVM's runtime that start the parallel regions)
     assert _executed(maps, "call", preset.isa) == pytest.approx(_tir_ops(kernel, "math"), abs=8)
     assert _tir_ops(kernel, "math") == 2 * 512 * 512
+
+
+def test_a_copy_loop_unrolled_by_llvm_takes_the_tir_count_over_its_copies():
+    # The padded input's copy of MobileNetV2's first depthwise conv2d: LLVM's scalar loop over
+    # a row's 114 columns (the fallback behind its run-time alias check) does 8 columns an
+    # iteration, 8 stores and no arithmetic: 14 trips, not 114.
+    kernel, preset = _kernel("mnv2dw1-set3-c132-zen3")
+    maps = loop_mapping.map_kernel(kernel, preset)
+    pad = next(fm for fm in maps if fm.code.function.startswith(disassembly.ANONYMOUS))
+    assert [(m.tir_var, m.trips, m.source) for m in pad.loops if m.tir_var == "i3"] == [("i3", 14, "unrolled")]
