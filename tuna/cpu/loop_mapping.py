@@ -200,28 +200,6 @@ def _code_signature(code: MachineCode, blocks: frozenset[int]) -> tuple[int, int
     return stores, arith, calls, store_lanes, arith_lanes
 
 
-def _copy_factor(stores: int, store_lanes: int, found: tuple[int, ...]) -> int:
-    """How many TIR iterations of a copy (stores, no arithmetic or calls) one iteration of an
-    innermost machine loop without arithmetic or calls does: its stores as copies of the TIR's
-    (LLVM's unroller), or their lanes (its vectorizer); else 1.
-
-    A padded input's copy loop, unrolled 8 times by LLVM, was otherwise weighted with the TIR
-    loop's 114 iterations, 8 times its work (a MobileNetV2 depthwise candidate on Zen 3 whose
-    copy's blocks came to 4.2 of its 7.2 million predicted instructions). Only innermost loops:
-    around an inner machine loop, stores sunk out of it (a reduction's result) are no copies.
-    """
-    f_stores, f_arith, f_calls, f_store_lanes, _ = found
-    if f_arith or f_calls:
-        return 1
-    for u in _UNROLL_FACTORS:
-        if f_stores == u * stores:
-            return u
-    for u in _VECTOR_FACTORS:
-        if f_store_lanes == u * store_lanes:
-            return u
-    return 1
-
-
 def _unroll_factor(expected: tuple[int, ...], found: tuple[int, ...], innermost: bool = True) -> int:
     """How many TIR iterations one iteration of a machine loop does (1 when nothing shows it).
 
@@ -235,22 +213,27 @@ def _unroll_factor(expected: tuple[int, ...], found: tuple[int, ...], innermost:
     takes innermost loops only, so the second reading needs ``innermost``: around a machine
     loop, lanes beyond the TIR's count are inner TIR loops LLVM flattened into vectors (a
     softmax row's max over 16 x 32 elements as 32 sixteen-lane maxima), not chunk
-    iterations; the lanes bound keeps the third reading from taking them for copies. A
-    TIR iteration with stores alone is a copy, whose copies the stores of an innermost loop
-    show (:func:`_copy_factor`).
+    iterations; the lanes bound keeps the third reading from taking them for copies.
+
+    A TIR iteration with stores alone (a copy) has only its stores to show copies by: the
+    first reading, or the second with the store lanes that many copies. Only in an innermost
+    loop: around an inner machine loop, stores sunk out of it (a reduction's result) are no
+    copies. A padded input's copy loop, unrolled 8 times by LLVM, was otherwise weighted with
+    the TIR loop's 114 iterations, 8 times its work (a MobileNetV2 depthwise candidate on Zen 3
+    whose copy's blocks came to 4.2 of its 7.2 million predicted instructions).
     """
     stores, arith, calls, store_lanes, arith_lanes = expected
     f_stores, f_arith, f_calls, f_store_lanes, f_arith_lanes = found
-    if not stores:
+    copy = not (arith or calls)
+    if not stores or (copy and not innermost):
         return 1
-    if not (arith or calls):
-        return _copy_factor(stores, store_lanes, found) if innermost else 1
     for u in _UNROLL_FACTORS:
         if (f_stores, f_arith, f_calls) == (u * stores, u * arith, u * calls):
             return u
     for u in _VECTOR_FACTORS if innermost else ():
         vectorized = f_arith_lanes == u * arith_lanes and f_calls == u * calls
-        if arith_lanes and vectorized and f_store_lanes <= u * store_lanes:
+        stored = f_store_lanes == u * store_lanes if copy else arith_lanes and f_store_lanes <= u * store_lanes
+        if vectorized and stored:
             return u
     for u in _UNROLL_FACTORS:
         copies = arith and (f_arith, f_calls) == (u * arith, u * calls) and 0 < f_stores < u * stores
