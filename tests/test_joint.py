@@ -13,7 +13,7 @@ import pytest
 import tvm
 
 from tuna import integration, machine
-from tuna.cpu import cfg, disassembly, full_tier, loop_mapping, objcode, simulator, trip_counts
+from tuna.cpu import cfg, disassembly, full_tier, loop_mapping, objcode, overlap_checks, simulator, trip_counts
 from tuna.cpu.isa import arithmetic_class, lanes
 from tuna.cpu.simulator import decode
 from tuna.errors import AnalysisError
@@ -361,3 +361,20 @@ def test_a_copy_loop_unrolled_by_llvm_takes_the_tir_count_over_its_copies():
     maps = loop_mapping.map_kernel(kernel, preset)
     pad = next(fm for fm in maps if fm.code.function.startswith(disassembly.ANONYMOUS))
     assert [(m.tir_var, m.trips, m.source) for m in pad.loops if m.tir_var == "i3"] == [("i3", 14, "unrolled")]
+
+
+def test_the_scalar_version_behind_an_overlap_check_never_runs():
+    # The same copy, row by row: LLVM vectorized it behind a check that the padded buffer and
+    # the input are a vector iteration apart (`sub r12, r15; cmp r12, 0x80; jb` to the scalar
+    # version), and tests the distance again after the two columns both versions finish with
+    # (`cmp r12, 0x7f; ja` to the next row). TVM's buffers never overlap: the vector version
+    # runs on every row, the scalar loop on none.
+    kernel, preset = _kernel("mnv2dw1-set3-c132-zen3")
+    pad = next(fm for fm in loop_mapping.map_kernel(kernel, preset)
+               if fm.code.function.startswith(disassembly.ANONYMOUS))
+    assert overlap_checks.never_taken(pad.code) == {(0xF8D, 0x122E), (0x1110, 0x111A)}
+    scalar = next(m for m in pad.loops if m.source == "unrolled")
+    rows = next(m for m in pad.loops if m.tir_var is not None and m.tir_var != "i3")
+    assert pad.weights[scalar.header] == 0
+    # the padding rows (zero-filled) and the interior rows share the row loop evenly
+    assert pad.weights[0xFC2] == pad.weights[0xEB0] == rows.trips / 2

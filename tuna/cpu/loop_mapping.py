@@ -31,6 +31,7 @@ from .codegen import folded_share, tvm_unrolled
 from .disassembly import ANONYMOUS, RUNTIME_HELPERS
 from .isa import ARITHMETIC
 from .isa import lanes as instruction_lanes
+from .overlap_checks import never_taken
 
 #: Trip count assumed for a machine loop neither the code nor the TIR explains (assumption).
 UNKNOWN_TRIPS = 4
@@ -331,7 +332,7 @@ def _map_function(
 
     assign(children.get(None, []), scope)
     split = frozenset(m.header for m in matches if m.source in ("unrolled", "remainder"))
-    weights = _branch_shares(code, infos, split)
+    weights = _branch_shares(code, infos, split, never_taken(code))
     for header, trips in trips_of.items():
         lp = by_header[header]
         for start in lp.blocks:
@@ -342,7 +343,10 @@ def _map_function(
 
 
 def _branch_shares(
-    code: MachineCode, infos: list[LoopInfo], split: frozenset[int] = frozenset()
+    code: MachineCode,
+    infos: list[LoopInfo],
+    split: frozenset[int] = frozenset(),
+    never: frozenset[tuple[int, int]] = frozenset(),
 ) -> dict[int, float]:
     """Share of the iterations of its enclosing loops (or of the call) in which each block runs.
 
@@ -355,9 +359,18 @@ def _branch_shares(
     The loops in ``split`` (an unrolled or vectorized loop with run-time trips and its
     remainder) run on every entry: their trip counts already share the TIR loop's
     iterations, and the branches around them only test for counts too short for them.
-    Shares of nested regions multiply.
+    Shares of nested regions multiply. The edges in ``never`` (to the scalar version of a
+    loop behind an overlap check, :func:`~tuna.cpu.overlap_checks.never_taken`) are not
+    taken, and blocks only they lead to never run.
     """
-    succ = {b.start: b.successors for b in code.blocks}
+    succ = {b.start: tuple(t for t in b.successors if (b.start, t) not in never) for b in code.blocks}
+    live = {code.blocks[0].start}
+    frontier = list(live)
+    while frontier:
+        for t in succ[frontier.pop()]:
+            if t in succ and t not in live:
+                live.add(t)
+                frontier.append(t)
     by_header = {lp.header: lp for lp in infos}
     innermost_of: dict[int, LoopInfo | None] = dict.fromkeys(succ)
     for lp in infos:  # innermost first: the first loop that holds a block is its innermost
@@ -422,7 +435,7 @@ def _branch_shares(
                 block_share[n] = f
     weights = {}
     for blk in succ:
-        w, lp = block_share.get(blk, 1.0), innermost_of[blk]
+        w, lp = block_share.get(blk, 1.0) if blk in live else 0.0, innermost_of[blk]
         while lp is not None:
             w *= loop_share.get(lp.header, 1.0)
             lp = by_header[lp.parent] if lp.parent is not None else None
