@@ -9,7 +9,8 @@ The modules in the order data flows through them:
 - :mod:`~tuna.cpu.cfg`: the control-flow graph and its natural loops (networkx), with the
   trip counts :mod:`~tuna.cpu.trip_counts` recovers from the code around each induction;
 - :mod:`~tuna.cpu.loop_mapping`: machine loops matched to TIR loops (the paper's Algorithm 1),
-  giving each basic block its executions per kernel call;
+  giving each basic block its executions per kernel call (no executions to the scalar
+  versions behind the run-time overlap checks :mod:`~tuna.cpu.overlap_checks` finds);
 - :mod:`~tuna.cpu.cache`: data movement into each cache level on the loop tree with integer
   sets (the paper's Algorithm 2);
 - :mod:`~tuna.cpu.simulator`: basic-block timing on a model of the core's pipes (out-of-order
