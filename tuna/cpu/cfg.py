@@ -32,28 +32,32 @@ class LoopInfo:
         return trips - 1 if self.exits_at_header and block != self.header and trips >= 1 else trips
 
 
+def flow_graph(code: MachineCode) -> tuple[nx.DiGraph, dict[int, int]]:
+    """The control-flow graph over block start addresses, and each reachable block's immediate dominator."""
+    graph = nx.DiGraph()
+    for blk in code.blocks:
+        graph.add_node(blk.start)
+        graph.add_edges_from((blk.start, s) for s in blk.successors)
+    return graph, nx.immediate_dominators(graph, code.blocks[0].start)
+
+
+def dominates(idom: dict[int, int], a: int, b: int) -> bool:
+    """Whether block ``a`` dominates block ``b`` (False for a block the entry does not reach)."""
+    while b != a and b in idom and idom[b] != b:
+        b = idom[b]
+    return b == a
+
+
 def loops(code: MachineCode) -> list[LoopInfo]:
     """Natural loops, innermost first, with nesting and trip counts where the code shows them."""
     if not code.blocks:
         return []
-    graph = nx.DiGraph()
-    for blk in code.blocks:
-        graph.add_node(blk.start)
-        for s in blk.successors:
-            graph.add_edge(blk.start, s)
-    entry = code.blocks[0].start
-    idom = nx.immediate_dominators(graph, entry)
-
-    def dominates(a: int, b: int) -> bool:
-        while b != a and b in idom and idom[b] != b:
-            b = idom[b]
-        return b == a
-
+    graph, idom = flow_graph(code)
     found: dict[int, set[int]] = {}
     latches: dict[int, list[int]] = {}
     for src, dst in graph.edges:
-        if src in idom and dst in idom and dominates(dst, src):
-            body = {dst} | nx.ancestors(graph.subgraph(n for n in graph if dominates(dst, n)), src) | {src}
+        if src in idom and dst in idom and dominates(idom, dst, src):
+            body = {dst} | nx.ancestors(graph.subgraph(n for n in graph if dominates(idom, dst, n)), src) | {src}
             found.setdefault(dst, set()).update(body)
             latches.setdefault(dst, []).append(src)
     flow = LoopFlow(code.isa, {b.start: b for b in code.blocks}, graph, idom, found, latches)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import networkx as nx
 
 from ..ir import MachineCode
+from .cfg import dominates, flow_graph
 from .trip_counts import _full, _imm, _ops, _width
 
 #: Fewest bytes one vector iteration covers (a 16-byte vector register, no interleave).
@@ -88,17 +89,7 @@ def never_taken(code: MachineCode) -> frozenset[tuple[int, int]]:
     }
     if not checks:
         return frozenset()
-    graph = nx.DiGraph()
-    for blk in code.blocks:
-        graph.add_node(blk.start)
-        graph.add_edges_from((blk.start, s) for s in blk.successors)
-    idom = nx.immediate_dominators(graph, code.blocks[0].start)
-
-    def dominates(a: int, b: int) -> bool:
-        while b != a and b in idom and idom[b] != b:
-            b = idom[b]
-        return b == a
-
+    graph, idom = flow_graph(code)
     by_start = {blk.start: blk for blk in code.blocks}
     dead: set[tuple[int, int]] = set()
     for pos, (reg, bytes_) in checks.items():
@@ -110,7 +101,7 @@ def never_taken(code: MachineCode) -> frozenset[tuple[int, int]]:
             if oreg != reg:
                 continue
             if other != pos:  # a later test of the same value, unless a path from the check rewrites it
-                if blk.start not in after or not dominates(check, blk.start):
+                if blk.start not in after or not dominates(idom, check, blk.start):
                     continue
                 between = (after & nx.ancestors(rest, blk.start)) - {blk.start}
                 writes = [ins for n in between for ins in by_start[n].instructions] + list(blk.instructions[:-2])
