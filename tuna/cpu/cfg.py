@@ -1,8 +1,10 @@
 """Control-flow graph and natural loops of a disassembled function (networkx).
 
-:func:`loops` builds the graph of a :class:`~tuna.ir.MachineCode`'s basic blocks, finds the
-natural loops from the back edges (a jump to a block that dominates its source), nests them
-and asks :mod:`tuna.cpu.trip_counts` for each loop's trip count where the code shows it.
+:func:`flow_graph` builds the graph of a :class:`~tuna.ir.MachineCode`'s basic blocks and their
+immediate dominators, which :func:`dominates` reads and :mod:`tuna.cpu.overlap_checks` shares.
+:func:`loops` finds the natural loops from the back edges (a jump to a block that dominates its
+source), nests them and asks :mod:`tuna.cpu.trip_counts` for each loop's trip count where the code
+shows it.
 """
 
 from __future__ import annotations
