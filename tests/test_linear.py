@@ -62,7 +62,19 @@ def test_fit_holds_measured_coefficients_and_fits_the_rest():
     assert shipped == pytest.approx(linear.launch_cycles(zen4), rel=1e-5)
 
 
-@pytest.mark.parametrize("name", ["zen4", "emeraldrapids", "graniterapids"])
+#: CPU presets with a coefficient file of their own or one they borrow (coefficients_from).
+_CPU_WITH_COEFFICIENTS = sorted(
+    name for name, mach in machine.presets().items()
+    if mach.kind == "cpu" and name == mach.name
+    and (mach.coefficients_from or (Path(linear.__file__).parent / "data" / "coeffs" / f"{name}.toml").is_file())
+)
+
+
+def test_the_cpu_presets_with_coefficients_include_those_fitted_on_their_own_pools():
+    assert {"zen3", "zen4", "emeraldrapids"} <= set(_CPU_WITH_COEFFICIENTS)
+
+
+@pytest.mark.parametrize("name", _CPU_WITH_COEFFICIENTS)
 def test_each_cpu_coefficient_file_names_its_pools_and_holds_its_machines_launch_cost(name):
     mach = machine.preset(name)
     for tier in ("ir", "full"):
