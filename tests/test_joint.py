@@ -270,8 +270,8 @@ def test_blocks_that_run_equally_often_are_timed_together_as_the_core_overlaps_t
 
 
 def test_signed_immediates_and_lanes_of_simd_instructions():
-    assert trip_counts._imm("0xfffffffffffff800") == -2048
-    assert trip_counts._imm("#0x10") == 16
+    assert trip_counts.immediate("0xfffffffffffff800") == -2048
+    assert trip_counts.immediate("#0x10") == 16
     fma = Instruction(0, "vfmadd231ps", "zmm0, zmm8, dword ptr [r12 + rdi - 4]{1to16}", klass="fma")
     assert lanes("x86-64", fma) == 16
     assert lanes("x86-64", Instruction(0, "vfmadd231ss", "xmm0, xmm1, xmm2", klass="fma")) == 1

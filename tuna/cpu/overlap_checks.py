@@ -29,7 +29,7 @@ import networkx as nx
 
 from ..ir import MachineCode
 from .cfg import dominates, flow_graph
-from .trip_counts import _full, _imm, _ops, _width
+from .trip_counts import architectural_register, immediate, operand_list, register_bits
 
 #: Fewest bytes one vector iteration covers (a 16-byte vector register, no interleave).
 MIN_CHECK_BYTES = 16
@@ -46,8 +46,9 @@ def _compare(code: MachineCode, pos: int) -> tuple[str, int, str] | None:
     ins = code.blocks[pos].instructions
     if len(ins) < 2 or ins[-1].mnemonic not in _UNSIGNED or ins[-2].mnemonic != "cmp":
         return None
-    ops = _ops(ins[-2])
-    if len(ops) != 2 or (imm := _imm(ops[1])) is None or _width(ops[0]) != 64 or not ops[0].startswith(("r", "x")):
+    ops = operand_list(ins[-2])
+    if (len(ops) != 2 or (imm := immediate(ops[1])) is None or register_bits(ops[0]) != 64
+            or not ops[0].startswith(("r", "x"))):
         return None
     return ops[0], imm, ins[-1].mnemonic
 
@@ -55,12 +56,12 @@ def _compare(code: MachineCode, pos: int) -> tuple[str, int, str] | None:
 def _is_distance(code: MachineCode, pos: int, reg: str) -> bool:
     """Whether ``reg``, compared at the end of block ``pos``, was last written there by a register subtraction."""
     for ins in reversed(code.blocks[pos].instructions[:-2]):
-        if reg in (_full(w) for w in ins.writes):
-            ops = _ops(ins)
+        if reg in (architectural_register(w) for w in ins.writes):
+            ops = operand_list(ins)
             if ins.mnemonic != "sub" or len(ops) not in (2, 3) or ops[0] != reg:
                 return False
             subtrahend = ops[-1]  # a register, not a constant or memory
-            return _width(subtrahend) == 64 and _imm(subtrahend) is None and "[" not in subtrahend
+            return register_bits(subtrahend) == 64 and immediate(subtrahend) is None and "[" not in subtrahend
     return False
 
 
@@ -105,7 +106,7 @@ def never_taken(code: MachineCode) -> frozenset[tuple[int, int]]:
                     continue
                 between = (after & nx.ancestors(rest, blk.start)) - {blk.start}
                 writes = [ins for n in between for ins in by_start[n].instructions] + list(blk.instructions[:-2])
-                if any(reg in (_full(w) for w in ins.writes) for ins in writes):
+                if any(reg in (architectural_register(w) for w in ins.writes) for ins in writes):
                     continue
             # The value is at least ``bytes_``: a branch on it either always or never jumps.
             if (branch in _BELOW and imm <= bytes_) or (branch in _BELOW_OR_EQUAL and imm < bytes_):

@@ -33,7 +33,7 @@ def _reg64(reg: str) -> str:
     return reg
 
 
-def _imm(text: str, bits: int = 64) -> int | None:
+def immediate(text: str, bits: int = 64) -> int | None:
     """An immediate operand as a signed integer of ``bits`` bits (None if not an immediate)."""
     text = text.strip().lstrip("#$")
     try:
@@ -45,11 +45,14 @@ def _imm(text: str, bits: int = 64) -> int | None:
     return value
 
 
-def _width(reg: str) -> int:
+def register_bits(reg: str) -> int:
+    """Bits of a general-purpose register as named: 32 for a 32-bit alias (``eax``, ``r8d``,
+    AArch64 ``w3``), else 64."""
     return 32 if _reg64(reg) != reg else 64
 
 
-def _ops(ins: Instruction) -> list[str]:
+def operand_list(ins: Instruction) -> list[str]:
+    """An instruction's operands, an AArch64 shifted immediate folded into one (:func:`_split`)."""
     return _split(ins.operands)
 
 
@@ -60,32 +63,32 @@ _SHIFT = re.compile(r"^lsl #(\d+)$")
 def _split(operands: str) -> list[str]:
     """Operands, with an AArch64 shifted immediate (``#0x10, lsl #12``) folded into one value."""
     ops = [o.strip() for o in operands.split(",")] if operands else []
-    if len(ops) >= 2 and (m := _SHIFT.match(ops[-1])) and (k := _imm(ops[-2])) is not None:
+    if len(ops) >= 2 and (m := _SHIFT.match(ops[-1])) and (k := immediate(ops[-2])) is not None:
         ops[-2:] = [hex(k << int(m.group(1)))]
     return ops
 
 
 def _step(isa: str, ins: Instruction) -> tuple[str, int] | None:
     """``(register, constant increment)`` when ``ins`` adds a constant to a register."""
-    ops, mnem = _ops(ins), ins.mnemonic
+    ops, mnem = operand_list(ins), ins.mnemonic
     if isa == "x86-64":
-        if mnem in ("add", "sub") and len(ops) == 2 and (k := _imm(ops[1], _width(ops[0]))) is not None:
+        if mnem in ("add", "sub") and len(ops) == 2 and (k := immediate(ops[1], register_bits(ops[0]))) is not None:
             return _reg64(ops[0]), k if mnem == "add" else -k
         if mnem in ("inc", "dec") and len(ops) == 1:
             return _reg64(ops[0]), 1 if mnem == "inc" else -1
     elif mnem in ("add", "sub", "adds", "subs") and len(ops) == 3 and ops[0] == ops[1]:
-        if (k := _imm(ops[2])) is not None:
+        if (k := immediate(ops[2])) is not None:
             return _reg64(ops[0]), k if mnem.startswith("add") else -k
     return None
 
 
 def _constant(isa: str, ins: Instruction) -> int | None:
     """The value ``ins`` puts in its destination register, when it is a constant."""
-    ops, mnem = _ops(ins), ins.mnemonic
+    ops, mnem = operand_list(ins), ins.mnemonic
     if mnem == "mov" and len(ops) == 2:
         if ops[1] in ("wzr", "xzr"):
             return 0
-        return _imm(ops[1], _width(ops[0]))
+        return immediate(ops[1], register_bits(ops[0]))
     if mnem == "xor" and len(ops) == 2 and ops[0] == ops[1]:
         return 0
     return None
@@ -113,7 +116,7 @@ def _movk(ins: Instruction) -> tuple[int, int] | None:
     """``(imm, shift)`` of an AArch64 ``movk`` (it replaces 16 bits of its register)."""
     ops = [o.strip() for o in ins.operands.split(",")]
     shift = _SHIFT.match(ops[2]) if len(ops) == 3 else None
-    imm = _imm(ops[1]) if len(ops) >= 2 else None
+    imm = immediate(ops[1]) if len(ops) >= 2 else None
     if imm is None or (len(ops) == 3 and shift is None):
         return None
     return imm, int(shift.group(1)) if shift else 0
@@ -166,7 +169,7 @@ class LoopFlow:
     def value_before(self, reg: str, block: int, alias=_reg64, into: int | None = None) -> int | None:
         """Constant value of ``reg`` at the end of ``block``, from the last write on its dominator chain.
 
-        ``alias`` maps a written register to the one it belongs to (:func:`_full` also
+        ``alias`` maps a written register to the one it belongs to (:func:`architectural_register` also
         counts 8- and 16-bit writes). A write that is a counted loop's step, in a loop that
         ``into`` (the block entered from ``block``; ``block`` itself by default) lies
         outside, leaves the counter's exit value.
@@ -221,7 +224,7 @@ def _induction(flow: LoopFlow, header: int) -> Induction | None:
         """A constant step, also by a register the loop does not write (``adds x2, x2, x26``)."""
         if (st := _step(isa, ins)) is not None:
             return st
-        ops, mnem = _ops(ins), ins.mnemonic
+        ops, mnem = operand_list(ins), ins.mnemonic
         if isa == "x86-64":
             src = ops[1] if mnem in ("add", "sub") and len(ops) == 2 else None
         else:
@@ -250,7 +253,7 @@ def _induction(flow: LoopFlow, header: int) -> Induction | None:
         """Whether the loop writes ``src`` only by copying ``reg`` into it (``mov r13, rax``)."""
         writes = [ins for b in body for ins in by_start[b].instructions if src in (_reg64(w) for w in ins.writes)]
         return bool(writes) and all(
-            ins.mnemonic == "mov" and [_reg64(o) for o in _ops(ins)] == [src, reg] for ins in writes
+            ins.mnemonic == "mov" and [_reg64(o) for o in operand_list(ins)] == [src, reg] for ins in writes
         )
 
     def trips(reg: str, bound: int, latch_instrs=(), pos: int = 0) -> Induction | None:
@@ -263,7 +266,7 @@ def _induction(flow: LoopFlow, header: int) -> Induction | None:
                 local += st[1]
             elif reg in (_reg64(w) for w in ins.writes):
                 step = local
-                ops = _ops(ins)
+                ops = operand_list(ins)
                 if ins.mnemonic in ("mov", "ldr", "ldur") and len(ops) == 2 and "[" in ops[1]:
                     # The slot is set before the loop, or stored from the register at its top.
                     slot = _slot_value(ops[1][ops[1].index("[") :], outside[0], by_start, flow.idom)
@@ -287,10 +290,10 @@ def _induction(flow: LoopFlow, header: int) -> Induction | None:
     for latch in latches:
         instrs = by_start[latch].instructions
         for pos in range(len(instrs) - 1, -1, -1):
-            ins, ops = instrs[pos], _ops(instrs[pos])
+            ins, ops = instrs[pos], operand_list(instrs[pos])
             if ins.mnemonic in ("cmp", "cmn") and len(ops) == 2:
                 reg = _reg64(ops[0])
-                bound = _imm(ops[1], _width(ops[0]))
+                bound = immediate(ops[1], register_bits(ops[0]))
                 if bound is None:
                     bound = start_of(_reg64(ops[1]))
                 if bound is not None and (n := trips(reg, -bound if ins.mnemonic == "cmn" else bound, instrs, pos)):
@@ -319,18 +322,18 @@ def _header_exit(flow: LoopFlow, header: int, count: Callable[[str, int], Induct
     latches, body = flow.latches[header], flow.bodies[header]
     if len(latches) != 1 or latches[0] == header or not blk.instructions:
         return None
-    last, ops = blk.instructions[-1], _ops(blk.instructions[-1])
-    target = _imm(ops[-1]) if ops else None
+    last, ops = blk.instructions[-1], operand_list(blk.instructions[-1])
+    target = immediate(ops[-1]) if ops else None
     if target is None or target in body or not any(s in body for s in blk.successors):
         return None  # the branch taken must leave the loop, the fall-through stay in it
     if last.mnemonic == "cbz" and len(ops) == 2:
         reg, bound = _reg64(ops[0]), 0
     elif last.mnemonic in ("b.eq", "je", "jz"):
         test = next((i for i in reversed(blk.instructions[:-1]) if {"nzcv", "rflags"} & set(i.writes)), None)
-        test_ops = _ops(test) if test is not None else []
+        test_ops = operand_list(test) if test is not None else []
         if test is None or test.mnemonic != "cmp" or len(test_ops) != 2:
             return None
-        reg, bound = _reg64(test_ops[0]), _imm(test_ops[1], _width(test_ops[0]))
+        reg, bound = _reg64(test_ops[0]), immediate(test_ops[1], register_bits(test_ops[0]))
         if bound is None:
             return None
     else:
@@ -347,7 +350,7 @@ _CONTINUE_IF_SET = {"jne": True, "jnz": True, "je": False, "jz": False, "tbnz": 
 _FLAG_LIMIT = 16
 
 
-def _full(reg: str) -> str:
+def architectural_register(reg: str) -> str:
     """The architectural register any low-part alias names (dl -> rdx, r8b -> r8, w3 -> x3).
 
     The x86 high bytes (``ah``) are not followed: LLVM keeps no counters or flags in them.
@@ -361,7 +364,7 @@ def _slot_value(slot: str, block: int, by_start, idom) -> int | None:
     """Constant last stored to the stack slot ``slot`` on the dominator chain ending at ``block``."""
 
     def stores_slot(ins: Instruction) -> bool:
-        ops = _ops(ins)
+        ops = operand_list(ins)
         if ins.klass != "store" or not ops:
             return False
         if ins.mnemonic in ("str", "stur"):
@@ -371,10 +374,10 @@ def _slot_value(slot: str, block: int, by_start, idom) -> int | None:
     hit = _last_on_chain(block, by_start, idom, stores_slot)
     if hit is None:
         return None
-    ops = _ops(ins := hit[1])
+    ops = operand_list(ins := hit[1])
     if ins.mnemonic in ("str", "stur"):
         return 0 if ops[0] in ("wzr", "xzr") else None
-    return _imm(ops[1])
+    return immediate(ops[1])
 
 
 def _flag_trips(flow: LoopFlow, header: int, preheader: int) -> int | None:
@@ -396,8 +399,8 @@ def _flag_trips(flow: LoopFlow, header: int, preheader: int) -> int | None:
         tester = next((i for i in reversed(latch.instructions[:-1]) if "rflags" in i.writes), None)
         if tester is None or tester.mnemonic != "test":
             return None
-    ops = _ops(last)
-    target = _imm(ops[-1]) if ops else None
+    ops = operand_list(last)
+    target = immediate(ops[-1]) if ops else None
     if target is None or header not in by_start[latches[0]].successors:
         return None
     # Whether the loop goes on when the branch is taken, and when the tested value is set.
@@ -405,20 +408,20 @@ def _flag_trips(flow: LoopFlow, header: int, preheader: int) -> int | None:
     state: dict[str, int | None] = {}
 
     def value(reg: str) -> int | None:
-        reg = _full(reg)
+        reg = architectural_register(reg)
         if reg in ("xzr", "wzr"):
             return 0
         if reg not in state:
-            state[reg] = flow.value_before(reg, preheader, alias=_full, into=header)
+            state[reg] = flow.value_before(reg, preheader, alias=architectural_register, into=header)
         return state[reg]
 
     def execute(ins) -> bool | None:
         """Run one instruction on ``state``; the tested truth value for test/branch forms."""
-        ops, mnem = _ops(ins), ins.mnemonic
+        ops, mnem = operand_list(ins), ins.mnemonic
         if mnem == "test" and len(ops) == 2:
-            a, b = value(ops[0]), (value(ops[1]) if _imm(ops[1]) is None else _imm(ops[1]))
+            a, b = value(ops[0]), (value(ops[1]) if immediate(ops[1]) is None else immediate(ops[1]))
             return None if a is None or b is None else bool(a & b)
-        if mnem in ("tbnz", "tbz") and len(ops) == 3 and (bit := _imm(ops[1])) is not None:
+        if mnem in ("tbnz", "tbz") and len(ops) == 3 and (bit := immediate(ops[1])) is not None:
             a = value(ops[0])
             return None if a is None else bool(a >> bit & 1)
         if mnem in ("cbnz", "cbz") and len(ops) == 2:
@@ -431,8 +434,8 @@ def _flag_trips(flow: LoopFlow, header: int, preheader: int) -> int | None:
             base = value(st[0])
             const = None if base is None else base + st[1]
         for w in ins.writes:
-            if _full(w) not in ("rflags", "nzcv", "rip", "rsp", "sp"):
-                state[_full(w)] = const
+            if architectural_register(w) not in ("rflags", "nzcv", "rip", "rsp", "sp"):
+                state[architectural_register(w)] = const
         return None
 
     # The latch runs last and its own test decides: blocks of inner loops, which may lie at
