@@ -65,8 +65,7 @@ def test_fit_holds_measured_coefficients_and_fits_the_rest():
 #: CPU presets with a coefficient file of their own or one they borrow (coefficients_from).
 _CPU_WITH_COEFFICIENTS = sorted(
     name for name, mach in machine.presets().items()
-    if mach.kind == "cpu" and name == mach.name
-    and (mach.coefficients_from or (Path(linear.__file__).parent / "data" / "coeffs" / f"{name}.toml").is_file())
+    if mach.kind == "cpu" and (mach.coefficients_from or linear._shipped(name))
 )
 
 
