@@ -53,6 +53,7 @@ KIND_OF = MappingProxyType(
         "vstore_data": "store",
         "vgather": "load",
         "vscatter": "store",
+        "vmaskstore": "store",
         "vshuffle": "shuffle",
         "vperm": "shuffle",
         "vbroadcast": "shuffle",

@@ -2,7 +2,8 @@
 
 A load-op instruction becomes a load and an arithmetic micro-op, a store a store-address
 and a store-data micro-op, a read-modify-write a load, an operation, and the two store
-micro-ops, a gather or scatter one micro-op timed by the elements it moves; zeroing idioms,
+micro-ops, a gather or scatter one micro-op timed by the elements it moves, an AVX2 masked
+store a store-address and a masked-store micro-op; zeroing idioms,
 fusible compare/ALU instructions and load-ops with an indexed address (which Intel cores
 split into two front-end slots) are marked for the front end.
 Timing classes come from :mod:`tuna.cpu.isa`; this module holds only how x86 instructions
@@ -31,6 +32,8 @@ _X86_PURE_STORE = (
     "movdqa32", "movdqa64", "movdqu8", "movdqu16", "movdqu32", "movdqu64", "movntps", "movntpd", "movntdq",
     "movnti", "movlps", "movhps", "movlpd", "movhpd",
 )
+#: AVX/AVX2 masked stores (VMASKMOVPS/PD, VPMASKMOVD/Q with a memory destination), without the ``v``.
+_X86_MASKED_STORE = frozenset({"maskmovps", "maskmovpd", "pmaskmovd", "pmaskmovq"})
 _X86_ZERO_IDIOMS = frozenset(
     {"xor", "sub", "pxor", "pxord", "pxorq", "xorps", "xorpd", "psubd", "psubq", "psubb", "psubw", "pandn", "andnps"}
 )
@@ -158,6 +161,10 @@ def decode_x86(ins: Instruction) -> Decoded:
                 uop("vstore_data" if vector else "store_data", width if vector else 64, data, (), mem),
             )
             return Decoded(uops)
+        if base in _X86_MASKED_STORE:
+            # AVX2's masked store: the data and mask registers in, a store of the lanes the
+            # mask selects (Zen 3 runs it from microcode: its data file prices the class).
+            return Decoded((uop("store_addr", 64, addr, ()), uop("vmaskstore", width, data, (), mem)))
         klass = _x86_class(mnem, vector, ops)
         if mnem.startswith(("vextract", "extract", "vcvt", "vpmov", "vcompress", "vpcompress", "pextr", "vpextr")):
             uops = (

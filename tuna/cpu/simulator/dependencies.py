@@ -88,8 +88,8 @@ def prepare_block(decoded: Sequence[Decoded], ua: Uarch, loop: bool) -> Block:
     counts = dict.fromkeys(KINDS, 0)
     broadcasts = 0
     prev_fusible = False
-    # (latency, pipes and occupancy, exact occupancy, scheduler) per timing class and width:
-    # a block repeats a few classes many times.
+    # (latency, pipes and occupancy, exact occupancy, scheduler, extra front-end slots) per timing
+    # class and width: a block repeats a few classes many times.
     timed: dict[tuple[str, int], tuple] = {}
     for j, dec in enumerate(decoded):
         start = len(klass)
@@ -112,15 +112,17 @@ def prepare_block(decoded: Sequence[Decoded], ua: Uarch, loop: bool) -> Block:
             if timing is None:
                 t = ua.timing(k, u.width) if k not in _NO_EXEC else None
                 if t is None or not t.uops:
-                    timing = (0.0 if t is None else t.latency, (), (), -1)
+                    timing = (0.0 if t is None else t.latency, (), (), -1, 0 if t is None else t.slots)
                 else:
                     timing = (
                         t.latency,
                         tuple((g, max(1, int(o + 0.5))) for g, o in zip(t.uops, t.occupancy)),
                         tuple((sum(1 << p for p in g), o) for g, o in zip(t.uops, t.occupancy)),
                         ua.port_scheduler[t.uops[0][0]],
+                        t.slots,
                     )
                 timed[k, u.width] = timing
+            nslots += timing[4]  # a microcoded class holds dispatch for its micro-ops
             klass.append(k)
             if several:
                 srcs.append(tuple(f"~{j}{r}" if r[0] == "~" else r for r in u.reads))

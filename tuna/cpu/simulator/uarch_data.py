@@ -70,6 +70,7 @@ FALLBACK = MappingProxyType(
         "vstore_data": "store_data",
         "vgather": "vload",  # a file without gather timing: one vector load (the old behaviour)
         "vscatter": "vstore_data",
+        "vmaskstore": "vstore_data",  # a file without masked-store timing: a plain vector store
     }
 )
 
@@ -92,12 +93,16 @@ class ClassTiming:
         Cycles each of those micro-ops holds its pipe (reciprocal throughput times pipe count).
     rthroughput : float
         Reciprocal throughput of the class alone on the machine, in cycles per instruction.
+    slots : int
+        Front-end (dispatch) slots the class takes beyond its instruction's own: the micro-ops
+        of a microcoded instruction, which hold dispatch while the sequencer emits them.
     """
 
     latency: float
     uops: tuple[tuple[int, ...], ...]
     occupancy: tuple[float, ...]
     rthroughput: float
+    slots: int = 0
 
 
 @dataclass(frozen=True)
@@ -208,16 +213,17 @@ def _class_timing(spec: Mapping, ports: tuple[str, ...], where: str) -> ClassTim
             raise TargetError(f"{where} names the pipe {err} the file does not declare in `ports`") from None
 
     latency = float(spec.get("latency", 1))
+    slots = int(spec.get("slots", 0))
     if "uops" in spec:
         groups = tuple(pipes(g) for g in spec["uops"])
         occ = tuple(float(spec.get("occupancy", 1)) for _ in groups)
         rtp = max(o / len(g) for o, g in zip(occ, groups)) if groups else 0.0
-        return ClassTiming(latency, groups, occ, float(spec.get("rthroughput", rtp)))
+        return ClassTiming(latency, groups, occ, float(spec.get("rthroughput", rtp)), slots)
     group = pipes(spec.get("ports", ()))
     if not group:
-        return ClassTiming(latency, (), (), 0.0)
+        return ClassTiming(latency, (), (), 0.0, slots)
     rtp = float(spec.get("rthroughput", 1.0 / len(group)))
-    return ClassTiming(latency, (group,), (rtp * len(group),), rtp)
+    return ClassTiming(latency, (group,), (rtp * len(group),), rtp, slots)
 
 
 def _merge_class(parent: Mapping, child: Mapping) -> dict:
