@@ -1,7 +1,7 @@
 import dataclasses
 import itertools
 import math
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 
 import pytest
 
@@ -630,6 +630,31 @@ def test_masked_accumulator_rows_chain_through_memory(preset, fail, forward):
     # accumulators stay in registers and only the FMA chain counts.
     for stmt, loops in (_conv_rows(14, 14, tvm_vectorized=True), _conv_rows(12, 12), _conv_rows(16, 16)):
         assert statement_counts(stmt, loops, m)["chain"] < masked / 10
+
+
+def test_avx2_masked_rows_are_stored_at_every_update_and_hold_dispatch(monkeypatch):
+    # On Zen 3 (AVX2) LLVM ends each 14-float row in a masked VMASKMOVPS store, kept in memory
+    # across c: one a row and reduction step (8 rows x 32 steps), each 71 dispatch slots more
+    # than a store (scripts/microbench/avx2_masked_stores.zen3.txt).
+    zen3 = machine.preset("zen3")
+    assert statement_counts(*_conv_rows(14, 14), zen3)["masked_stores"] == 32 * 8
+    for stmt, loops in (_conv_rows(14, 14, tvm_vectorized=True), _conv_rows(12, 12), _conv_rows(16, 16)):
+        assert statement_counts(stmt, loops, zen3)["masked_stores"] == 0
+    assert statement_counts(*_conv_rows(14, 14), machine.preset("zen4"))["masked_stores"] == 0  # mask registers
+
+    stmt, loops = _conv_rows(14, 14)
+    nest = stmt
+    for lp in reversed(loops):
+        nest = dataclasses.replace(lp, body=(nest,))
+
+    def frontend() -> float:
+        feats = Counter()
+        ir_tier._nest_terms(nest, zen3, feats, frozenset(), {})
+        return feats["frontend_cycles"]
+
+    priced = frontend()
+    monkeypatch.setattr(ir_tier, "_masked_store_slots", lambda preset, bits: 0)
+    assert priced - frontend() == pytest.approx(32 * 8 * 71 / zen3.issue_width)
 
 
 def _head_updates(heads: int, head_floats: int):

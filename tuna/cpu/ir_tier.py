@@ -317,6 +317,13 @@ def statement_counts(
     # 7.7 and 13 times as often as the distinct vectors; in probes of 4 copies, 8-, 16- and
     # 32-lane ones were built once, 24- and 28-lane ones 2.3 to 4 times (tests/test_codegen_llvm.py).
     strided = {(a.buffer, a.indices, a.write) for a in stmt.accesses if vec is not None and strided_in(a, vec.var)}
+    if _masked_tail(vec, by_tvm, machine):
+        # One masked store a row each time the row is stored: LLVM does not keep masked rows in
+        # registers across the loops around the tile, but stores a row once for the updates
+        # the tile makes of it.
+        for w in (a for a in stmt.accesses if a.write and a.buffer not in in_registers):
+            updates = math.prod(lp.extent for lp in tile if lp is not vec and not w.depends_on(lp.var))
+            counts["masked_stores"] += execs / vl / updates
     tile_runs = math.prod(lp.extent for lp in outside)  # executions of the register tile
     for (buf, idx, write), n in distinct.items():
         if buf in in_registers:
@@ -419,6 +426,16 @@ def statement_counts(
 #: into masked vector instructions rather than leave scalar iterations
 #: (``-vectorizer-min-trip-count``, 16, in LLVM's LoopVectorize.cpp).
 TINY_TRIP_COUNT = 16
+
+
+def _masked_tail(vec: Loop | None, by_tvm: bool, machine: Machine) -> bool:
+    """Whether LLVM ends each row of the loop it vectorizes itself (``vec``) in a masked vector
+    on an AVX2 machine (AVX's VMASKMOVPS: a 14-float row of a MobileNetV2 1 x 1 conv2d on Zen 3
+    is stored as 8 lanes and 6 masked): a short trip count that no vector width from
+    :data:`~tuna.cpu.codegen.MIN_AUTO_LANES` lanes up divides. AVX-512's masked stores (mask
+    registers) cost what plain ones do and are left out."""
+    return (vec is not None and not by_tvm and machine.isa == "x86-64" and 256 <= machine.vector_bits < 512
+            and vec.extent % MIN_AUTO_LANES != 0 and vec.extent < TINY_TRIP_COUNT)
 
 
 def _live_vectors(stmt: Statement, inner: tuple[Loop, ...], vec: Loop | None, hw: int, machine: Machine) -> int:
@@ -578,7 +595,10 @@ def _masked_accumulator_chain(stmt: Statement, writes: list[Access], vec: Loop |
     pool's best), was predicted 11 times slower than it now is (ranked 158th of 192, now 32nd).
     """
     if machine.isa != "x86-64" or machine.vector_bits < 512:
-        return 0.0  # no mask registers: LLVM leaves a scalar tail (measured on Zen 4's AVX-512 only)
+        # Without mask registers LLVM leaves a scalar tail (SSE) or masks with AVX2's VMASKMOVPS,
+        # whose stores the front end prices (:func:`_masked_tail`); the store queue's rule below
+        # was measured on AVX-512 machines only.
+        return 0.0
     # A trip count that some vector width from the narrowest LLVM forms divides needs no mask.
     if (vec is None or by_tvm or vec.extent % MIN_AUTO_LANES == 0 or vec.extent >= TINY_TRIP_COUNT
             or not outside or not any(a.buffer == writes[0].buffer for a in stmt.accesses if not a.write)):
@@ -835,6 +855,16 @@ def _fp_cycles(counts: Counter, machine: Machine) -> float:
 
 
 @cache
+def _masked_store_slots(preset: str, bits: int) -> int:
+    """Dispatch slots an AVX2 masked store of ``bits`` takes beyond its own (microcode: 71 on
+    Zen 3, ``scripts/microbench/avx2_masked_stores.c``; 0 without micro-architecture data)."""
+    try:
+        return uarch(preset).timing("vmaskstore", bits).slots
+    except TunaError:
+        return 0
+
+
+@cache
 def _shuffle_cost(preset: str) -> float:
     """Cycles of the shuffle pipes per 128-bit insert or extract (0 without micro-architecture data)."""
     try:
@@ -892,7 +922,9 @@ def _nest_terms(
         + 2 * counts["spill"]
         + LOOP_OVERHEAD_INSTRUCTIONS * counts["loop_iterations"]
     )
-    frontend = instructions / machine.issue_width
+    # A masked store that microcode runs holds dispatch (Zen 3: 12 cycles, against 1).
+    masked = counts["masked_stores"] * _masked_store_slots(machine.name, machine.vector_bits)
+    frontend = (instructions + masked) / machine.issue_width
     # Lanes moved one at a time between vectors and scalars (inserts, extracts) occupy the
     # shuffle pipes: a MobileNetV2 stride-2 conv2d candidate whose innermost loop holds 82
     # inserts, extracts and shuffles (a 28-lane accumulator carried as scalars, a 28-lane
