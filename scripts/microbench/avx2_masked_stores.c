@@ -53,6 +53,15 @@ static int start;
     return t / N;                                                                         \
   }
 
+/* One FMA on each of the 12 accumulators a0..a11. */
+#define TWELVE_FMAS                                                                       \
+  a0 = _mm256_fmadd_ps(x, w, a0); a1 = _mm256_fmadd_ps(x, w, a1);                         \
+  a2 = _mm256_fmadd_ps(x, w, a2); a3 = _mm256_fmadd_ps(x, w, a3);                         \
+  a4 = _mm256_fmadd_ps(x, w, a4); a5 = _mm256_fmadd_ps(x, w, a5);                         \
+  a6 = _mm256_fmadd_ps(x, w, a6); a7 = _mm256_fmadd_ps(x, w, a7);                         \
+  a8 = _mm256_fmadd_ps(x, w, a8); a9 = _mm256_fmadd_ps(x, w, a9);                         \
+  a10 = _mm256_fmadd_ps(x, w, a10); a11 = _mm256_fmadd_ps(x, w, a11);
+
 /* Ticks an iteration of one store beside 24 independent FMAs. */
 #define OVERLAP(name, STORE)                                                              \
   __attribute__((noinline)) static double name(void) {                                    \
@@ -65,19 +74,9 @@ static int start;
     __m256 x = _mm256_set1_ps(0.999f), w = _mm256_set1_ps(1e-3f);                         \
     double t = ticks();                                                                   \
     for (long i = 0; i < N; i++) {                                                        \
-      a0 = _mm256_fmadd_ps(x, w, a0); a1 = _mm256_fmadd_ps(x, w, a1);                     \
-      a2 = _mm256_fmadd_ps(x, w, a2); a3 = _mm256_fmadd_ps(x, w, a3);                     \
-      a4 = _mm256_fmadd_ps(x, w, a4); a5 = _mm256_fmadd_ps(x, w, a5);                     \
-      a6 = _mm256_fmadd_ps(x, w, a6); a7 = _mm256_fmadd_ps(x, w, a7);                     \
-      a8 = _mm256_fmadd_ps(x, w, a8); a9 = _mm256_fmadd_ps(x, w, a9);                     \
-      a10 = _mm256_fmadd_ps(x, w, a10); a11 = _mm256_fmadd_ps(x, w, a11);                 \
+      TWELVE_FMAS                                                                         \
       STORE(buf + ((i * 16) & 2047), a0);                                                 \
-      a0 = _mm256_fmadd_ps(x, w, a0); a1 = _mm256_fmadd_ps(x, w, a1);                     \
-      a2 = _mm256_fmadd_ps(x, w, a2); a3 = _mm256_fmadd_ps(x, w, a3);                     \
-      a4 = _mm256_fmadd_ps(x, w, a4); a5 = _mm256_fmadd_ps(x, w, a5);                     \
-      a6 = _mm256_fmadd_ps(x, w, a6); a7 = _mm256_fmadd_ps(x, w, a7);                     \
-      a8 = _mm256_fmadd_ps(x, w, a8); a9 = _mm256_fmadd_ps(x, w, a9);                     \
-      a10 = _mm256_fmadd_ps(x, w, a10); a11 = _mm256_fmadd_ps(x, w, a11);                 \
+      TWELVE_FMAS                                                                         \
     }                                                                                     \
     t = ticks() - t;                                                                      \
     __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)), \
