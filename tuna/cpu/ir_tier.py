@@ -428,14 +428,20 @@ def statement_counts(
 TINY_TRIP_COUNT = 16
 
 
+def _llvm_masks_tail(vec: Loop | None, by_tvm: bool) -> bool:
+    """Whether LLVM vectorizes ``vec`` itself (not TVM) and ends each of its rows in a masked
+    vector: a trip count below :data:`TINY_TRIP_COUNT` that no vector width from
+    :data:`~tuna.cpu.codegen.MIN_AUTO_LANES` lanes up divides."""
+    return (vec is not None and not by_tvm and vec.extent % MIN_AUTO_LANES != 0
+            and vec.extent < TINY_TRIP_COUNT)
+
+
 def _masked_tail(vec: Loop | None, by_tvm: bool, machine: Machine) -> bool:
-    """Whether LLVM ends each row of the loop it vectorizes itself (``vec``) in a masked vector
-    on an AVX2 machine (AVX's VMASKMOVPS: a 14-float row of a MobileNetV2 1 x 1 conv2d on Zen 3
-    is stored as 8 lanes and 6 masked): a short trip count that no vector width from
-    :data:`~tuna.cpu.codegen.MIN_AUTO_LANES` lanes up divides. AVX-512's masked stores (mask
-    registers) cost what plain ones do and are left out."""
-    return (vec is not None and not by_tvm and machine.isa == "x86-64" and 256 <= machine.vector_bits < 512
-            and vec.extent % MIN_AUTO_LANES != 0 and vec.extent < TINY_TRIP_COUNT)
+    """Whether such a masked row ends in AVX2's masked store (VMASKMOVPS: a 14-float row of a
+    MobileNetV2 1 x 1 conv2d on Zen 3 is stored as 8 lanes and 6 masked), on an x86 machine
+    with AVX but not AVX-512. AVX-512 machines mask with mask registers: their masked stores are
+    timed as plain ones, and :func:`_masked_accumulator_chain` prices the rows' chain."""
+    return _llvm_masks_tail(vec, by_tvm) and machine.isa == "x86-64" and 256 <= machine.vector_bits < 512
 
 
 def _live_vectors(stmt: Statement, inner: tuple[Loop, ...], vec: Loop | None, hw: int, machine: Machine) -> int:
@@ -599,9 +605,8 @@ def _masked_accumulator_chain(stmt: Statement, writes: list[Access], vec: Loop |
         # whose stores the front end prices (:func:`_masked_tail`); the store queue's rule below
         # was measured on AVX-512 machines only.
         return 0.0
-    # A trip count that some vector width from the narrowest LLVM forms divides needs no mask.
-    if (vec is None or by_tvm or vec.extent % MIN_AUTO_LANES == 0 or vec.extent >= TINY_TRIP_COUNT
-            or not outside or not any(a.buffer == writes[0].buffer for a in stmt.accesses if not a.write)):
+    if (not _llvm_masks_tail(vec, by_tvm) or not outside
+            or not any(a.buffer == writes[0].buffer for a in stmt.accesses if not a.write)):
         return 0.0
     steps = [lp for lp in outside if lp.kind != LoopKind.PARALLEL and not stmt.stores_vary_with(lp.var)]
     if not steps:
