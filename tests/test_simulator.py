@@ -484,7 +484,7 @@ def test_store_forwarding_as_measured(preset, size, offset, forwarded):
 #: Two 32-byte stores (the first AVX2-masked, 6 of 8 lanes, where ``masked``) and a load of B
 #: bytes at +O from the first, as measured on Zen 3 (scripts/microbench/avx2_forwarding.c,
 #: avx2_forwarding.zen3.txt): forwarded or no wait (3-9 cycles an iteration plain, 14-16 masked:
-#: the masked store's own 12) or not (23-24 plain, 26-31 masked). (masked, size, offset, waits)
+#: the masked store's own 12) or not (23-25 plain, 26-37 masked). (masked, size, offset, waits)
 _ZEN3_FORWARDING = [
     (False, 32, 0, False), (False, 32, 4, True), (False, 32, 28, True), (False, 32, 32, False),
     (False, 16, 0, False), (False, 16, 16, False), (False, 16, 20, True), (False, 8, 24, False),
