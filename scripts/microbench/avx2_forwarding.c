@@ -19,7 +19,9 @@
  *    accesses overlap its neighbours' in lanes the mask leaves off) or 16 apart (no overlap),
  *    and the same with plain 8-lane accesses in place of the masked ones; and the masked rows a
  *    pair at a time, as LLVM orders a 2-row tile (both rows' 8 lanes, then both rows' masked
- *    lanes), so that a masked load follows the next row's plain store over lanes it leaves off.
+ *    lanes), so that a masked load follows the next row's plain store over lanes it leaves off;
+ *  - a load that waits for a store, then k masked stores independent of it: whether their 12
+ *    cycles each run while the load waits or after it.
  * Build and run on the machine to describe (record its lscpu beside the output):
  *
  *     gcc -O2 -march=x86-64-v3 scripts/microbench/avx2_forwarding.c -o /tmp/fwd && /tmp/fwd
@@ -131,6 +133,24 @@ __attribute__((noinline)) static double row_pairs_in_place(int row) {
   return 4 * t / N;
 }
 
+/* A load that waits for a store (32 bytes at +4 of a 32-byte store) feeding an accumulator, and
+ * then `k` masked stores of values that do not depend on it, elsewhere: whether the masked
+ * stores' 12 cycles each run while the load waits (max of the two) or after it (the sum). */
+__attribute__((noinline)) static double wait_then_masked(int k) {
+  __m256 v = _mm256_set1_ps(1.0f), acc = _mm256_setzero_ps();
+  float *p = slots, *q = rows + 1024;
+  double t = ticks();
+  for (long i = 0; i < N; i++) {
+    _mm256_storeu_ps(p, v);
+    acc = _mm256_add_ps(acc, _mm256_loadu_ps(p + 1));
+    for (int j = 0; j < k; j++) _mm256_maskstore_ps(q + 8 * j, tail, v);
+    __asm__ volatile("" ::: "memory");
+  }
+  t = ticks() - t;
+  volatile float keep = acc[0] + acc[7]; (void)keep;
+  return t / N;
+}
+
 /* Ticks of one measurement in core cycles, the clock read again right after it: the core's
  * frequency moves (boost, other load) while the time-stamp counter's does not. */
 static double CYCLES(double ticks_taken) { return ticks_taken / ticks_per_cycle(N); }
@@ -160,5 +180,8 @@ int main(void) {
          CYCLES(rows_in_place(16, 0)));
   printf("the same rows a pair at a time (both 8-lane parts, then both masked parts), cycles an iteration: "
          "14 floats apart %.1f; 16 apart %.1f\n", CYCLES(row_pairs_in_place(14)), CYCLES(row_pairs_in_place(16)));
+  printf("a load that waits for a store, then k independent masked stores, cycles an iteration:");
+  for (int k = 0; k <= 4; k++) printf(" k=%d: %.1f", k, CYCLES(wait_then_masked(k)));
+  printf("\n");
   return 0;
 }

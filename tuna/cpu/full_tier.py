@@ -26,9 +26,9 @@ from types import MappingProxyType
 from .. import linear
 from ..errors import AnalysisError
 from ..estimate import Estimate
-from ..ir import BasicBlock, Instruction, KernelIR
+from ..ir import Instruction, KernelIR
 from ..machine import Machine
-from . import address_bases, ir_tier, loop_mapping, simulator
+from . import ir_tier, loop_mapping, simulator
 from .disassembly import ANONYMOUS, RUNTIME_HELPERS
 from .isa import ARITHMETIC
 
@@ -110,21 +110,13 @@ def estimate(kernel: KernelIR, machine: Machine) -> Estimate:
     for fm in maps:
         per_thread = 0.0
         together: dict[float, list[Instruction]] = {}
-        entered: dict[int, list[BasicBlock]] = {}
-        for blk in fm.code.blocks:
-            for succ in blk.successors:
-                entered.setdefault(succ, []).append(blk)
         for blk in fm.code.blocks:
             weight = fm.weights[blk.start]
             # A one-block innermost loop runs back to back: its steady-state cycles apply.
             looped = blk.start in fm.innermost and blk.start in blk.successors
             if (fm.code.function, blk.start) in hot:
                 if looped or weight <= 1:
-                    instructions = blk.instructions
-                    before = [b for b in entered.get(blk.start, ()) if b.start != blk.start]
-                    if looped and len(before) == 1:  # its preheader may set address registers apart
-                        instructions = address_bases.rebase(instructions, before[0].instructions, isa)
-                    timing = simulator.simulate(instructions, machine, loop=looped)
+                    timing = simulator.simulate(blk.instructions, machine, loop=looped)
                     per_thread += weight * timing.cycles
                     feats["port_bound_cycles"] += weight * timing.port_bound
                     feats["chain_bound_cycles"] += weight * timing.chain_bound

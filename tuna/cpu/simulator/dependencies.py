@@ -85,7 +85,6 @@ def prepare_block(decoded: Sequence[Decoded], ua: Uarch, loop: bool) -> Block:
     instr_uops, slots = [], []
     klass, srcs, dsts, lat, parts, exact, mem_src, mem_dst, mem_fail, sched = [], [], [], [], [], [], [], [], [], []
     mems: list[tuple[int, bool, tuple, int]] = []
-    masked: set[int] = set()  # the masked stores' micro-ops
     counts = dict.fromkeys(KINDS, 0)
     broadcasts = 0
     prev_fusible = False
@@ -140,20 +139,18 @@ def prepare_block(decoded: Sequence[Decoded], ua: Uarch, loop: bool) -> Block:
             mem_fail.append(None)
             if u.mem is not None:
                 mems.append((len(klass) - 1, u.kind == "store", u.mem, j))
-                if u.klass == "vmaskstore":
-                    masked.add(len(klass) - 1)
             n = 2 if u.klass.endswith("_pair") else 1
             counts[u.kind] += n
         instr_uops.append(range(start, len(klass)))
         slots.append(nslots)
     if mems and any(st for _, st, _, _ in mems):
-        _memory_dependencies(mems, masked, decoded, loop, ua, mem_src, mem_dst, mem_fail)
+        _memory_dependencies(mems, decoded, loop, ua, mem_src, mem_dst, mem_fail)
     return Block(instr_uops, slots, klass, srcs, dsts, lat, parts, exact, mem_src, mem_dst, mem_fail, sched,
                  len(klass), counts, broadcasts)
 
 
-def _memory_dependencies(mems: list[tuple[int, bool, tuple, int]], masked: set[int], decoded: Sequence[Decoded],
-                         loop: bool, ua: Uarch, mem_src: list, mem_dst: list, mem_fail: list) -> None:
+def _memory_dependencies(mems: list[tuple[int, bool, tuple, int]], decoded: Sequence[Decoded], loop: bool,
+                         ua: Uarch, mem_src: list, mem_dst: list, mem_fail: list) -> None:
     """Store data -> later load of an overlapping range, through the names in ``mem_*``.
 
     Addresses compare when the block does not change their registers (spill slots,
@@ -198,17 +195,10 @@ def _memory_dependencies(mems: list[tuple[int, bool, tuple, int]], masked: set[i
         if st:
             grouped.setdefault(key, []).append((i, key, off, size, step))
     stores = {key: _Stores(entries) for key, entries in grouped.items()}
-    limit = ua.masked_store_forward_bytes
-
-    def waits_on(s: tuple, at: int, size: int) -> bool:
-        # Where masked stores were measured, a load only partly over one reads past the lanes
-        # it wrote (an LLVM tail masks a row's end, where the next row starts) and does not wait.
-        return limit is None or s[0] not in masked or (s[2] <= at and at + size <= s[2] + s[3])
-
     for i, st, key, off, size, step in accesses:
         if st or key not in stores:
             continue
-        overlapping = [s for s in stores[key].overlapping(off, size) if waits_on(s, off, size)]
+        overlapping = stores[key].overlapping(off, size)
         same = [s for s in overlapping if s[0] < i]
         if same:
             src, match, at = same[-1], overlapping, off
@@ -217,8 +207,7 @@ def _memory_dependencies(mems: list[tuple[int, bool, tuple, int]], masked: set[i
             # Only stores after the load when the address moves: the schedulers pass a value to
             # the next iteration through a name that no earlier micro-op of the body reads.
             at = off + step
-            match = [s for s in stores[key].overlapping(at, size)
-                     if (step == 0 or s[0] > i) and waits_on(s, at, size)]
+            match = [s for s in stores[key].overlapping(at, size) if step == 0 or s[0] > i]
             if not match:
                 continue
             src = match[-1]
@@ -227,9 +216,7 @@ def _memory_dependencies(mems: list[tuple[int, bool, tuple, int]], masked: set[i
         name = f"m{src[0]}"
         mem_dst[src[0]] = name
         seen = [(s[0], s[1:4]) for s in match]
-        # A masked store forwards to no load wider than ``limit`` (Zen 3: not even one of exactly its bytes).
-        fails = (limit is not None and src[0] in masked and size > limit) or not _forwards(at, size, src[1:4], seen, ua)
-        if ua.store_forward_fail_latency is not None and fails:
+        if ua.store_forward_fail_latency is not None and not _forwards(at, size, src[1:4], seen, ua):
             name = f"{name}!"
             mem_fail[src[0]] = name
         mem_src[i] = name

@@ -142,12 +142,6 @@ class Uarch:
         Whether a load wider than a chunk forwards only from inside one store (Zen 5: a
         64-byte load over two 32-byte stores, or at +32 over two 64-byte ones, fails; Zen 4
         forwards both).
-    masked_store_forward_bytes : int or None
-        The widest load an AVX2 masked store (class ``vmaskstore``) forwards to: a wider load
-        inside one waits as a failed forward (Zen 3: 4, a 32-byte load of exactly what a
-        VMASKMOVPS stored waits), and a load only partly over one does not wait for it (it
-        reads lanes past the mask, as the next row after an LLVM tail does); None: masked
-        stores forward as plain ones.
     store_queue : int or None
         Stores in flight (store-queue entries); None: not known.
     store_alias_tolerated, store_alias_penalty : int, float or None
@@ -188,7 +182,6 @@ class Uarch:
     store_alias_penalty: float | None = None
     store_forward_aligned: bool = False
     store_forward_one_store: bool = False
-    masked_store_forward_bytes: int | None = None
 
     def timing(self, klass: str, width: int = 64) -> ClassTiming:
         """Timing of ``klass`` at operand ``width`` bits (a class not known is an ALU op)."""
@@ -352,7 +345,6 @@ def load_uarch(name: str) -> Uarch:
             store_forward_chunk=_optional(data, "store_forward_chunk", int),
             store_forward_aligned=bool(data.get("store_forward_aligned", False)),
             store_forward_one_store=bool(data.get("store_forward_one_store", False)),
-            masked_store_forward_bytes=_optional(data, "masked_store_forward_bytes", int),
             schedulers=tuple(int(q["size"]) for q in scheds),
             port_scheduler=tuple(port_sched),
             table=MappingProxyType(table),
