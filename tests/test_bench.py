@@ -244,3 +244,20 @@ def test_the_corrected_prediction_learns_what_the_static_model_gets_wrong_from_t
     by_model = {r.model: r.metrics for r in bench.evaluate([pool], scorers, n_train=64)}
     assert by_model["corrected"]["tau"] > 0.8 > by_model["static"]["tau"]
     assert by_model["corrected"]["top-10"] > by_model["static"]["top-10"]
+
+
+def test_the_features_fingerprint_reads_what_files_mean_not_their_comments(tmp_path):
+    from tuna.bench.features import _meaning
+
+    def meaning(name: str, text: str) -> bytes:
+        path = tmp_path / name
+        path.write_text(text)
+        return _meaning(path)
+
+    code = meaning("a.py", '"""A module."""\n\n\ndef f(x):\n    """Twice x."""\n    return 2 * x  # why\n')
+    assert code == meaning("a.py", '"""Another docstring."""\n# a comment\n\ndef f(x):\n    return 2 * x\n')
+    assert code != meaning("a.py", '"""A module."""\n\n\ndef f(x):\n    return 3 * x\n')
+    data = meaning("a.toml", "# sources\nrob = 256  # [amd]\n[class.x]\nslots = 1\n")
+    assert data == meaning("a.toml", "rob = 256\n\n[class.x]  # measured\nslots = 1\n")
+    assert data != meaning("a.toml", "rob = 256\n[class.x]\nslots = 2\n")
+    assert meaning("b.py", "def (:\n") == b"def (:\n"  # what does not parse counts byte for byte

@@ -8,9 +8,11 @@ stays free of TVM.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import time
+import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from functools import cache
 from pathlib import Path
@@ -78,11 +80,32 @@ def _makes_features(rel: Path) -> bool:
             and not any(parts[:len(p)] == p for p in _NOT_MAKING_FEATURES))
 
 
+def _meaning(path: Path) -> bytes:
+    """What of a source or data file can change features: a Python module's syntax tree less its
+    docstrings, a TOML file's data, so that comments and docstrings (which reviews rewrite) leave
+    a features cache valid; the bytes of a file neither parses."""
+    text = path.read_bytes()
+    try:
+        if path.suffix == ".toml":
+            return json.dumps(tomllib.loads(text.decode()), sort_keys=True, default=str).encode()
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, UnicodeDecodeError):
+        return text
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree).encode()
+
+
 @cache
 def code_fingerprint() -> str:
     """A hash of what the features depend on besides the pool and the machine: tuna's own
-    source and data files (presets, micro-architecture tables) and the TVM release, whose
-    lowering and LLVM produce the code analysed."""
+    source and data files (presets, micro-architecture tables; read by :func:`_meaning`, so
+    that their comments and docstrings do not enter) and the TVM release, whose lowering and
+    LLVM produce the code analysed."""
     from importlib import metadata
 
     root = Path(__file__).resolve().parent.parent
@@ -91,7 +114,7 @@ def code_fingerprint() -> str:
         rel = path.relative_to(root)
         if _makes_features(rel):
             digest.update(str(rel).encode())
-            digest.update(path.read_bytes())
+            digest.update(_meaning(path))
     try:
         digest.update(metadata.version("apache-tvm").encode())
     except metadata.PackageNotFoundError:
