@@ -11,9 +11,10 @@
  *  - the same after one masked store (6 of 8 lanes) in place of the first plain one;
  *  - rows: two accumulator rows updated by a chain of six FMAs and stored back each iteration,
  *    the pointer moving on two rows: 8-float rows (plain), 16-float rows (two plain vectors),
- *    and 14-float rows as LLVM stores them, 8 lanes plus 6 masked (every row's load then
- *    overlaps the last row's masked store without lying inside it), and the same 14 floats
- *    in 16-float rows (no overlap);
+ *    and 14-float rows as LLVM stores them, 8 lanes plus 6 masked (the first row's masked load
+ *    then reads past its mask into the second row's plain store, and the next iteration's
+ *    first load overlaps the second row's masked store in lanes it left off), and the same
+ *    14 floats in 16-float rows (no overlap);
  *  - rows in place: eight 14-float rows kept in memory across a reduction loop, each updated as
  *    8 lanes plus 6 masked every iteration at the same addresses, 14 floats apart (each row's
  *    accesses overlap its neighbours' in lanes the mask leaves off) or 16 apart (no overlap),
