@@ -248,6 +248,41 @@ def _bert_layer(ops: Any, x: Any, weights: _Weights, seq: int = 128, hidden: int
     return ops.layer_norm(ops.add(z, y), ones, zeros)
 
 
+def _vit_layer(ops: Any, x: Any, weights: _Weights, image: int = 224, patch: int = 16, hidden: int = 768,
+               heads: int = 12, ffn: int = 3072, classes: int = 1000) -> Any:
+    """A ViT-B/16-sized network (Dosovitskiy et al., 2021) cut to one encoder layer: a 16x16
+    patch embedding (a strided conv), one pre-norm encoder layer over the 196 patch tokens and
+    a classifier on their mean.
+
+    The class token and the position embeddings are left out: they change no task's shapes
+    beyond one more token, and the 196 tokens give the dense, batch-matmul, softmax and
+    layer-norm tasks lengths that are not a power of two.
+    """
+    side = image // patch
+    seq, d = side * side, hidden // heads
+
+    def dense(x, cin, cout):
+        return ops.dense(x, weights(cin, cout, fan_in=cin), weights(cout))
+
+    def split_heads(t):  # (1, seq, hidden) -> (1, heads, seq, d)
+        return ops.transpose(ops.reshape(t, (1, seq, heads, d)), (0, 2, 1, 3))
+
+    w = weights(hidden, 3, patch, patch, fan_in=3 * patch * patch)
+    y = ops.conv(x, w, weights(hidden), patch, 0)  # (1, hidden, side, side)
+    y = ops.transpose(ops.reshape(y, (1, hidden, seq)), (0, 2, 1))  # (1, seq, hidden)
+    ones, zeros = np.ones(hidden, "float32"), np.zeros(hidden, "float32")
+    h = ops.layer_norm(y, ones, zeros)
+    q, k, v = (split_heads(dense(h, hidden, hidden)) for _ in range(3))
+    scores = ops.scale(ops.matmul(q, ops.transpose(k, (0, 1, 3, 2))), 1.0 / math.sqrt(d))
+    ctx = ops.matmul(ops.softmax(scores), v)
+    ctx = ops.reshape(ops.transpose(ctx, (0, 2, 1, 3)), (1, seq, hidden))
+    y = ops.add(y, dense(ctx, hidden, hidden))
+    y = ops.add(y, dense(ops.gelu(dense(ops.layer_norm(y, ones, zeros), hidden, ffn)), ffn, hidden))
+    y = ops.reshape(ops.transpose(y, (0, 2, 1)), (1, hidden, side, side))
+    y = ops.flatten(ops.global_avg_pool(y), hidden)
+    return dense(y, hidden, classes)
+
+
 @dataclass(frozen=True)
 class Network:
     """A network tuna can build: its input and how to write it against the operations.
@@ -280,6 +315,8 @@ NETWORKS: dict[str, Network] = {
         Network("bert", "BERT-base encoder layer, batch 1, 128 tokens, random weights", (1, 128, 768), _bert_layer),
         Network("bert-large", "BERT-large encoder layer, batch 1, 128 tokens, random weights", (1, 128, 1024),
                 functools.partial(_bert_layer, hidden=1024, heads=16, ffn=4096)),
+        Network("vit", "ViT-B/16-sized: patch embedding, one pre-norm encoder layer over 196 tokens, "
+                "mean-pooled classifier; batch 1, 3x224x224, random weights", (1, 3, 224, 224), _vit_layer),
     )
 }
 
