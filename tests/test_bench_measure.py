@@ -132,8 +132,24 @@ def test_resnet18_has_the_layers_of_resnet18():
 def test_pytorch_row_is_a_note_when_torch_is_missing():
     if networks.torch_available():
         pytest.skip("PyTorch is installed here")
-    row, timer = measure.whole_networks._torch_row("bert", 0)
-    assert row.latency is None and timer is None and "not installed" in row.note
+    row, timer, out = measure.whole_networks._torch_row("bert", 0)
+    assert row.latency is None and timer is None and out is None and "not installed" in row.note
+
+
+def test_a_way_whose_output_differs_says_so_in_its_note():
+    wn = measure.whole_networks
+    ref = np.linspace(-2.0, 2.0, 12, dtype="float32").reshape(3, 4)
+    rows = [wn.NetworkRow("n", m, 0.0, None, note="torch 2" if m == "pytorch" else "")
+            for m in ("untuned", "tuna", "metaschedule", "pytorch")]
+    lines = []
+    wn._check_outputs(rows, [ref, ref + 1e-4, ref * 1.01, None], lines.append)
+    by = {r.method: r for r in rows}
+    assert "output_error" not in by["untuned"].extra and "output_error" not in by["pytorch"].extra
+    assert by["tuna"].extra["output_error"] == pytest.approx(1e-4 / 2, rel=0.01) and by["tuna"].note == ""
+    assert by["metaschedule"].extra["output_error"] == pytest.approx(0.01, rel=1e-3)
+    assert "differs from untuned's" in by["metaschedule"].note and len(lines) == 1
+    assert wn.output_error(ref[:2], ref) == math.inf
+    assert wn.output_error(np.full_like(ref, np.nan), ref) == math.inf
 
 
 @pytest.mark.slow
@@ -195,3 +211,4 @@ def test_network_bench_times_every_way_of_a_network_together(tmp_path, host):
     assert by["untuned"].latency > 0 and by["tuna"].latency > 0 and by["tuna"].trials >= 11
     assert by["tuna"].tune_seconds > 0 and by["tuna"].extra["tasks"] == 11
     assert (by["pytorch"].latency is None) == (not networks.torch_available())
+    assert by["tuna"].extra["output_error"] < measure.whole_networks.OUTPUT_TOLERANCE

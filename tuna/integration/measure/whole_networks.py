@@ -7,6 +7,7 @@ Nothing here prints: progress goes to a callback, bad input raises :class:`tuna.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import statistics
 import time
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import tvm
 from tvm import relax
 from tvm.s_tir import meta_schedule as ms
@@ -28,8 +30,24 @@ from .timing import MIN_REPEAT_MS, REPEAT, ROUNDS, Progress, check_runnable, dev
 
 logger = logging.getLogger("tuna")
 
-def _vm_timer(executable: Any, name: str, dev: tvm.runtime.Device) -> Callable[[int], float]:
-    """A function timing the executable: median seconds of ``repeat`` runs of ``main`` (time_evaluator)."""
+#: The largest difference from the first way's output, relative to that output's largest
+#: magnitude, at which ``network_bench`` takes another way as computing the same network: float32
+#: sums taken in another order (a tuned schedule's split reductions, PyTorch's kernels) differ
+#: far less; a wrong schedule, far more.
+OUTPUT_TOLERANCE = 1e-3
+
+
+def output_error(out: np.ndarray, ref: np.ndarray) -> float:
+    """The largest difference between ``out`` and ``ref``, relative to ``ref``'s largest magnitude
+    (inf when the shapes differ or ``out`` is not finite)."""
+    if out.shape != ref.shape or not np.all(np.isfinite(out)):
+        return math.inf
+    return float(np.max(np.abs(out - ref))) / (float(np.max(np.abs(ref))) or 1.0)
+
+
+def _vm_way(executable: Any, name: str, dev: tvm.runtime.Device) -> tuple[Callable[[int], float], np.ndarray]:
+    """A function timing the executable (median seconds of ``repeat`` runs of ``main``,
+    time_evaluator) and its output on the network's example input."""
     vm = relax.VirtualMachine(executable, dev)
     inp = tvm.runtime.tensor(networks.example_input(name), dev)
 
@@ -37,7 +55,7 @@ def _vm_timer(executable: Any, name: str, dev: tvm.runtime.Device) -> Callable[[
         evaluator = vm.time_evaluator("main", dev, number=1, repeat=repeat, min_repeat_ms=MIN_REPEAT_MS)
         return float(statistics.median(evaluator(inp).results))
 
-    return timer
+    return timer, vm["main"](inp).numpy()
 
 
 @dataclass
@@ -93,7 +111,9 @@ def network_bench(
     mode on as many threads as TVM's runtime runs here (``runtime.NumThreads``: one on a 2-vCPU
     x86 guest unless ``TVM_NUM_THREADS`` says more; a row with a note when PyTorch is not
     installed). Latency: ``VirtualMachine.time_evaluator``, median of ``repeat``; all ways
-    are timed at the end, in turn, :data:`ROUNDS` rounds (the median of the rounds). tuna's ES
+    are timed at the end, in turn, :data:`ROUNDS` rounds (the median of the rounds). Each way's
+    output on the example input is compared with the first way's first
+    (``extra["output_error"]``; a note where it is beyond :data:`OUTPUT_TOLERANCE`). tuna's ES
     scores ``2.5 * population_size`` candidates per round (as :func:`tuna.tune`); MetaSchedule
     keeps its default population.
 
@@ -111,6 +131,12 @@ def network_bench(
     mod = networks.relax_module(name, seed)
     rows: list[NetworkRow] = []
     timers: list[Callable[[int], float] | None] = []  # per row: median seconds of ``repeat`` runs
+    outputs: list[np.ndarray | None] = []  # per row: its output on the example input
+
+    def _add(timer: Callable[[int], float] | None, out: np.ndarray | None) -> None:
+        timers.append(timer)
+        outputs.append(out)
+
     tasks = None
     for method in methods:
         if method == "untuned":
@@ -118,7 +144,7 @@ def network_bench(
             with tgt:
                 ex = tvm.compile(mod, tgt)
             rows.append(NetworkRow(name, method, 0.0, None))
-            timers.append(_vm_timer(ex, name, dev))
+            _add(*_vm_way(ex, name, dev))
         elif method == "tuna":
             report(progress, f"{name}: tuning every task with tuna, {trials_per_task} candidates each")
             result = tune_network(mod, mach, Path(work_dir) / name / method, trials_per_task,
@@ -127,7 +153,7 @@ def network_bench(
             report(progress, f"{name}: tuna tuned in {result.tune_seconds:.1f} s")
             rows.append(NetworkRow(name, method, result.tune_seconds, None, result.trials,
                                    extra={"tasks": len(result.tasks)}))
-            timers.append(_vm_timer(result.executable, name, dev))
+            _add(*_vm_way(result.executable, name, dev))
         elif method == "metaschedule":
             if tasks is None:
                 tasks = networks.extract_tasks(mod, tgt)
@@ -154,11 +180,12 @@ def network_bench(
             report(progress, f"{name}: {method} tuned in {tune_seconds:.1f} s; compiling")
             ex = ms.relax_integration.compile_relax(database, mod, tgt, params=None)
             rows.append(NetworkRow(name, method, tune_seconds, None, len(done), extra={"tasks": n}))
-            timers.append(_vm_timer(ex, name, dev))
+            _add(*_vm_way(ex, name, dev))
         else:
-            row, timer = _torch_row(name, seed)
+            row, timer, out = _torch_row(name, seed)
             rows.append(row)
-            timers.append(timer)
+            _add(timer, out)
+    _check_outputs(rows, outputs, progress)
     # Timed together at the end, in turn, so that a change in the machine's load (it is shared)
     # falls on every way alike rather than on the one that happened to be timed then.
     report(progress, f"{name}: timing {', '.join(r.method for r, t in zip(rows, timers) if t)} in turn, "
@@ -174,10 +201,30 @@ def network_bench(
     return rows
 
 
-def _torch_row(name: str, seed: int) -> tuple[NetworkRow, Callable[[int], float] | None]:
-    """The PyTorch eager row and its timer (None when PyTorch is not installed)."""
+def _check_outputs(rows: list[NetworkRow], outputs: list[np.ndarray | None], progress: Progress) -> None:
+    """Compare every way's output with the first way's (``extra["output_error"]``, see
+    :func:`output_error`); a way beyond :data:`OUTPUT_TOLERANCE` says so in its note and in the
+    progress, since its latency is then not that of the same network."""
+    ref = next(((r, o) for r, o in zip(rows, outputs) if o is not None), None)
+    if ref is None:
+        return
+    for row, out in zip(rows, outputs):
+        if out is None or row is ref[0]:
+            continue
+        err = output_error(out, ref[1])
+        row.extra["output_error"] = err
+        if err > OUTPUT_TOLERANCE:
+            msg = f"output differs from {ref[0].method}'s by {err:.2g} of its largest value"
+            row.note = f"{row.note}; {msg}" if row.note else msg
+            report(progress, f"{row.network}: {row.method}: {msg}")
+            logger.warning("%s: %s: %s", row.network, row.method, msg)
+
+
+def _torch_row(name: str, seed: int) -> tuple[NetworkRow, Callable[[int], float] | None, np.ndarray | None]:
+    """The PyTorch eager row, its timer and its output on the example input (None, None when
+    PyTorch is not installed)."""
     if not networks.torch_available():
-        return NetworkRow(name, "pytorch", None, None, note="skipped: PyTorch is not installed"), None
+        return NetworkRow(name, "pytorch", None, None, note="skipped: PyTorch is not installed"), None, None
     import torch
 
     # The threads TVM's runtime gives the tuned networks here: the same for PyTorch, or the
@@ -200,4 +247,6 @@ def _torch_row(name: str, seed: int) -> tuple[NetworkRow, Callable[[int], float]
             samples.append((time.perf_counter() - start) / count)
         return float(statistics.median(samples))
 
-    return NetworkRow(name, "pytorch", 0.0, None, note=f"torch {torch.__version__}, {threads} threads"), timer
+    torch.set_num_threads(threads)
+    row = NetworkRow(name, "pytorch", 0.0, None, note=f"torch {torch.__version__}, {threads} threads")
+    return row, timer, run(inp)
