@@ -111,8 +111,8 @@ def network_bench(
     mode on as many threads as TVM's runtime runs here (``runtime.NumThreads``: one on a 2-vCPU
     x86 guest unless ``TVM_NUM_THREADS`` says more; a row with a note when PyTorch is not
     installed). Latency: ``VirtualMachine.time_evaluator``, median of ``repeat``; all ways
-    are timed at the end, in turn, :data:`ROUNDS` rounds (the median of the rounds). Each way's
-    output on the example input is compared with the first way's first
+    are timed at the end, in turn, :data:`ROUNDS` rounds (the median of the rounds); before
+    that, each way's output on the example input is compared with the first way's
     (``extra["output_error"]``; a note where it is beyond :data:`OUTPUT_TOLERANCE`). tuna's ES
     scores ``2.5 * population_size`` candidates per round (as :func:`tuna.tune`); MetaSchedule
     keeps its default population.
