@@ -222,30 +222,39 @@ def _mobilenet_v2(ops: Any, x: Any, weights: _Weights, classes: int = 1000) -> A
     return ops.dense(y, weights(1280, classes, fan_in=1280), weights(classes))
 
 
+def _dense(ops: Any, weights: _Weights, x: Any, cin: int, cout: int) -> Any:
+    """A dense layer ``cin -> cout`` with bias, its weights drawn now."""
+    return ops.dense(x, weights(cin, cout, fan_in=cin), weights(cout))
+
+
+def _self_attention(ops: Any, weights: _Weights, x: Any, seq: int, hidden: int, heads: int) -> Any:
+    """Multi-head self-attention over ``x`` (1, seq, hidden), through its output projection."""
+    d = hidden // heads
+
+    def split_heads(t):  # (1, seq, hidden) -> (1, heads, seq, d)
+        return ops.transpose(ops.reshape(t, (1, seq, heads, d)), (0, 2, 1, 3))
+
+    q, k, v = (split_heads(_dense(ops, weights, x, hidden, hidden)) for _ in range(3))
+    scores = ops.scale(ops.matmul(q, ops.transpose(k, (0, 1, 3, 2))), 1.0 / math.sqrt(d))
+    ctx = ops.matmul(ops.softmax(scores), v)
+    ctx = ops.reshape(ops.transpose(ctx, (0, 2, 1, 3)), (1, seq, hidden))
+    return _dense(ops, weights, ctx, hidden, hidden)
+
+
+def _feed_forward(ops: Any, weights: _Weights, x: Any, hidden: int, ffn: int) -> Any:
+    """The encoder's feed-forward block: ``hidden -> ffn``, GELU, ``ffn -> hidden``."""
+    return _dense(ops, weights, ops.gelu(_dense(ops, weights, x, hidden, ffn)), ffn, hidden)
+
+
 def _bert_layer(ops: Any, x: Any, weights: _Weights, seq: int = 128, hidden: int = 768, heads: int = 12,
                 ffn: int = 3072) -> Any:
     """One BERT encoder layer (Devlin et al., 2019): self-attention and feed-forward, post-norm.
 
     The defaults are BERT-base's sizes; BERT-large has ``hidden=1024, heads=16, ffn=4096``.
     """
-    d = hidden // heads
-
-    def dense(x, cin, cout):
-        return ops.dense(x, weights(cin, cout, fan_in=cin), weights(cout))
-
-    def split_heads(t):  # (1, seq, hidden) -> (1, heads, seq, d)
-        return ops.transpose(ops.reshape(t, (1, seq, heads, d)), (0, 2, 1, 3))
-
-    q = split_heads(dense(x, hidden, hidden))
-    k = split_heads(dense(x, hidden, hidden))
-    v = split_heads(dense(x, hidden, hidden))
-    scores = ops.scale(ops.matmul(q, ops.transpose(k, (0, 1, 3, 2))), 1.0 / math.sqrt(d))
-    ctx = ops.matmul(ops.softmax(scores), v)
-    ctx = ops.reshape(ops.transpose(ctx, (0, 2, 1, 3)), (1, seq, hidden))
     ones, zeros = np.ones(hidden, "float32"), np.zeros(hidden, "float32")
-    y = ops.layer_norm(ops.add(dense(ctx, hidden, hidden), x), ones, zeros)
-    z = dense(ops.gelu(dense(y, hidden, ffn)), ffn, hidden)
-    return ops.layer_norm(ops.add(z, y), ones, zeros)
+    y = ops.layer_norm(ops.add(_self_attention(ops, weights, x, seq, hidden, heads), x), ones, zeros)
+    return ops.layer_norm(ops.add(_feed_forward(ops, weights, y, hidden, ffn), y), ones, zeros)
 
 
 def _vit_layer(ops: Any, x: Any, weights: _Weights, image: int = 224, patch: int = 16, hidden: int = 768,
@@ -259,28 +268,16 @@ def _vit_layer(ops: Any, x: Any, weights: _Weights, image: int = 224, patch: int
     layer-norm tasks lengths that are not a power of two.
     """
     side = image // patch
-    seq, d = side * side, hidden // heads
-
-    def dense(x, cin, cout):
-        return ops.dense(x, weights(cin, cout, fan_in=cin), weights(cout))
-
-    def split_heads(t):  # (1, seq, hidden) -> (1, heads, seq, d)
-        return ops.transpose(ops.reshape(t, (1, seq, heads, d)), (0, 2, 1, 3))
-
+    seq = side * side
     w = weights(hidden, 3, patch, patch, fan_in=3 * patch * patch)
     y = ops.conv(x, w, weights(hidden), patch, 0)  # (1, hidden, side, side)
     y = ops.transpose(ops.reshape(y, (1, hidden, seq)), (0, 2, 1))  # (1, seq, hidden)
     ones, zeros = np.ones(hidden, "float32"), np.zeros(hidden, "float32")
-    h = ops.layer_norm(y, ones, zeros)
-    q, k, v = (split_heads(dense(h, hidden, hidden)) for _ in range(3))
-    scores = ops.scale(ops.matmul(q, ops.transpose(k, (0, 1, 3, 2))), 1.0 / math.sqrt(d))
-    ctx = ops.matmul(ops.softmax(scores), v)
-    ctx = ops.reshape(ops.transpose(ctx, (0, 2, 1, 3)), (1, seq, hidden))
-    y = ops.add(y, dense(ctx, hidden, hidden))
-    y = ops.add(y, dense(ops.gelu(dense(ops.layer_norm(y, ones, zeros), hidden, ffn)), ffn, hidden))
+    y = ops.add(y, _self_attention(ops, weights, ops.layer_norm(y, ones, zeros), seq, hidden, heads))
+    y = ops.add(y, _feed_forward(ops, weights, ops.layer_norm(y, ones, zeros), hidden, ffn))
     y = ops.reshape(ops.transpose(y, (0, 2, 1)), (1, hidden, side, side))
     y = ops.flatten(ops.global_avg_pool(y), hidden)
-    return dense(y, hidden, classes)
+    return _dense(ops, weights, y, hidden, classes)
 
 
 @dataclass(frozen=True)
