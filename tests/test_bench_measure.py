@@ -73,7 +73,7 @@ def test_bench_launch_measures_a_parallel_region(capsys, host):
 
 
 class NumpyOps:
-    """A reference for the operations the BERT layer uses (float64 numpy)."""
+    """A reference for the operations the BERT and Llama layers use (float64 numpy)."""
 
     def dense(self, x, w, b):
         return x @ w + b
@@ -104,19 +104,46 @@ class NumpyOps:
         mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
         return (x - mu) / np.sqrt(var + 1e-5) * gamma + beta
 
+    def rms_norm(self, x, gamma):
+        return x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-5) * gamma
 
-def test_bert_layer_built_with_relax_computes_what_numpy_does():
+    def linear(self, x, w):
+        return x @ w
+
+    def add_constant(self, x, c):
+        return x + c
+
+    def multiply(self, x, y):
+        return x * y
+
+    def silu(self, x):
+        return x / (1 + np.exp(-x))
+
+
+@pytest.mark.parametrize("name", ["bert", "llama"])
+def test_transformer_layer_built_with_relax_computes_what_numpy_does(name):
     import tvm
     from tvm import relax
 
-    mod = networks.relax_module("bert", seed=3)
+    mod = networks.relax_module(name, seed=3)
     ex = tvm.compile(mod, tvm.target.Target({"kind": "llvm", "num-cores": 2}))
     vm = relax.VirtualMachine(ex, tvm.cpu())
-    x = networks.example_input("bert")
+    x = networks.example_input(name)
     got = vm["main"](tvm.runtime.tensor(x, tvm.cpu())).numpy()
-    want = networks.NETWORKS["bert"].body(NumpyOps(), x.astype("float64"), networks._Weights(3))
-    assert got.shape == want.shape == networks.NETWORKS["bert"].input_shape
+    want = networks.NETWORKS[name].body(NumpyOps(), x.astype("float64"), networks._Weights(3))
+    assert got.shape == want.shape == networks.NETWORKS[name].input_shape
     np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3)
+
+
+def test_llama_attention_is_causal():
+    """The first token's output does not change when the later tokens do."""
+    x = networks.example_input("llama")
+    y = x.copy()
+    y[:, 1:] += 1.0
+    run = networks.NETWORKS["llama"].body
+    a, b = (run(NumpyOps(), v.astype("float64"), networks._Weights(0)) for v in (x, y))
+    np.testing.assert_allclose(a[:, 0], b[:, 0], rtol=1e-12)
+    assert not np.allclose(a[:, 1], b[:, 1])
 
 
 def test_resnet18_has_the_layers_of_resnet18():

@@ -58,6 +58,7 @@ def main(lv: T.Buffer((T.int64(1), T.int64(96), T.int64(112), T.int64(112)), "fl
      "conv2d_winograd"),
     ("x/softmax", 'T.sblock("T_softmax_maxelem")', "softmax"),
     ("x/ln", 'T.sblock("T_layer_norm")', "layernorm"),
+    ("x/rms", 'T.sblock("T_multiply_red") T.sblock("T_rms_norm")', "layernorm"),
     ("x/reshape", 'T.sblock("root") T.sblock("T_reshape")', "layout"),
     ("x/unknown", 'T.sblock("compute")', "other"),
 ])
@@ -78,6 +79,10 @@ def test_every_task_of_the_networks_has_a_family():
     assert families["mobilenetv2/fused_conv2d1_add_tir_clip"] == "depthwise"
     assert families["bert/fused_matmul3_add2_gelu"] == "dense"
     assert families["bert/matmul2"] == "batch_matmul"
+    # QK^T with a causal mask added: the rank-2 mask is not a weight
+    assert families["llama/fused_matmul1_multiply_add"] == "batch_matmul"
+    assert families["llama/fused_matmul3_silu_multiply1"] == "dense"
+    assert families["llama/rms_norm"] == "layernorm"
     assert families["bert-large/layer_norm"] == "layernorm"
     assert families["resnet50/max_pool2d"] == "pool"
 

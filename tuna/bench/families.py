@@ -84,14 +84,17 @@ def family_of(workload: str, script: str) -> str:
         if any(b.startswith(prefix) for b in blocks):
             return family
     if any(b.startswith(("matmul", "batch_matmul", "T_matmul", "T_dense", "dense")) for b in blocks):
-        # A dense layer multiplies by a weight (a rank-2 operand); a batch matmul by another activation.
+        # A dense layer multiplies by a weight, a rank-2 right operand (the second buffer); a batch
+        # matmul by another activation. Other rank-2 inputs (an attention mask added after the
+        # product) do not make it dense.
         ranks = [_rank(shape) for _, shape in _BUFFER.findall(script)]
-        return "dense" if 2 in ranks[:-1] else "batch_matmul"
+        return "dense" if len(ranks) > 1 and ranks[1] == 2 else "batch_matmul"
     if any("pool" in b for b in blocks):
         return "pool"
     if any(b.startswith("T_softmax") for b in blocks):
         return "softmax"
-    if any("layer_norm" in b for b in blocks):
+    if any("layer_norm" in b or "rms_norm" in b for b in blocks):
+        # Layer norm and RMS norm: a reduction along the last axis, then every element scaled by it.
         return "layernorm"
     if blocks and all(b == "root" or b.startswith(("T_reshape", "T_transpose")) for b in blocks):
         return "layout"

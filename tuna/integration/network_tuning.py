@@ -173,7 +173,7 @@ def tune_network(
     ----------
     network : str, path or IRModule
         A built-in network (``resnet18``, ``resnet50``, ``mobilenetv2``, ``bert``, ``bert-large``,
-        ``vit``), a TVMScript file holding a Relax module (``mod.script(show_meta=True)``, so
+        ``vit``, ``llama``), a TVMScript file holding a Relax module (``mod.script(show_meta=True)``, so
         that it holds the weights), or the Relax module itself (weights bound as constants).
     target : str, dict, tvm.target.Target
         Preset name or TVM target.

@@ -1,5 +1,6 @@
-"""Whole networks for ``tuna bench network``: ResNet-18, ResNet-50, MobileNetV2 and one
-encoder layer of BERT-base and of BERT-large, batch 1.
+"""Whole networks for ``tuna bench network``: ResNet-18, ResNet-50, MobileNetV2, one
+encoder layer of BERT-base and of BERT-large, a one-layer ViT and one Llama-style decoder
+layer, batch 1.
 
 Each network is written once, against a small set of tensor operations (:class:`RelaxOps`
 builds a TVM Relax module; :class:`TorchOps` runs PyTorch eagerly with the same weights),
@@ -91,6 +92,22 @@ class RelaxOps:
     def layer_norm(self, x, gamma: np.ndarray, beta: np.ndarray):
         return self._emit(relax.op.nn.layer_norm(x, relax.const(gamma), relax.const(beta), axes=[-1]))
 
+    def rms_norm(self, x, gamma: np.ndarray):
+        return self._emit(relax.op.nn.rms_norm(x, relax.const(gamma), axes=[-1], epsilon=1e-5))
+
+    def linear(self, x, w: np.ndarray):
+        """``x @ w`` with ``w`` stored (in, out), no bias."""
+        return self._emit(relax.op.matmul(x, relax.const(w)))
+
+    def add_constant(self, x, c: np.ndarray):
+        return self._emit(relax.op.add(x, relax.const(c)))
+
+    def multiply(self, x, y):
+        return self._emit(relax.op.multiply(x, y))
+
+    def silu(self, x):
+        return self._emit(relax.op.nn.silu(x))
+
 
 class TorchOps:
     """The same operations in PyTorch, run eagerly (imported only when asked for)."""
@@ -148,6 +165,21 @@ class TorchOps:
 
     def layer_norm(self, x, gamma, beta):
         return self.f.layer_norm(x, (gamma.shape[0],), self._t(gamma), self._t(beta), eps=1e-5)
+
+    def rms_norm(self, x, gamma):
+        return self.f.rms_norm(x, (gamma.shape[0],), self._t(gamma), eps=1e-5)
+
+    def linear(self, x, w):
+        return x @ self._t(w)
+
+    def add_constant(self, x, c):
+        return x + self._t(c)
+
+    def multiply(self, x, y):
+        return x * y
+
+    def silu(self, x):
+        return self.f.silu(x)
 
 
 # ---------------------------------------------------------------------------------------
@@ -227,18 +259,31 @@ def _dense(ops: Any, weights: _Weights, x: Any, cin: int, cout: int) -> Any:
     return ops.dense(x, weights(cin, cout, fan_in=cin), weights(cout))
 
 
-def _self_attention(ops: Any, weights: _Weights, x: Any, seq: int, hidden: int, heads: int) -> Any:
-    """Multi-head self-attention over ``x`` (1, seq, hidden), through its output projection."""
+def _self_attention(ops: Any, weights: _Weights, x: Any, seq: int, hidden: int, heads: int,
+                    causal: bool = False, bias: bool = True) -> Any:
+    """Multi-head self-attention over ``x`` (1, seq, hidden), through its output projection.
+
+    ``causal`` masks each token's scores for the tokens after it (a decoder's attention);
+    ``bias=False`` gives the projections no bias (as Llama's).
+    """
     d = hidden // heads
+
+    def project(t):
+        if bias:
+            return _dense(ops, weights, t, hidden, hidden)
+        return ops.linear(t, weights(hidden, hidden, fan_in=hidden))
 
     def split_heads(t):  # (1, seq, hidden) -> (1, heads, seq, d)
         return ops.transpose(ops.reshape(t, (1, seq, heads, d)), (0, 2, 1, 3))
 
-    q, k, v = (split_heads(_dense(ops, weights, x, hidden, hidden)) for _ in range(3))
+    q, k, v = (split_heads(project(x)) for _ in range(3))
     scores = ops.scale(ops.matmul(q, ops.transpose(k, (0, 1, 3, 2))), 1.0 / math.sqrt(d))
+    if causal:
+        # A large negative number rather than -inf: exp underflows to 0 all the same, and no NaN can appear.
+        scores = ops.add_constant(scores, np.triu(np.full((seq, seq), -1e9, "float32"), k=1))
     ctx = ops.matmul(ops.softmax(scores), v)
     ctx = ops.reshape(ops.transpose(ctx, (0, 2, 1, 3)), (1, seq, hidden))
-    return _dense(ops, weights, ctx, hidden, hidden)
+    return project(ctx)
 
 
 def _feed_forward(ops: Any, weights: _Weights, x: Any, hidden: int, ffn: int) -> Any:
@@ -280,6 +325,24 @@ def _vit_layer(ops: Any, x: Any, weights: _Weights, image: int = 224, patch: int
     return _dense(ops, weights, y, hidden, classes)
 
 
+def _llama_layer(ops: Any, x: Any, weights: _Weights, seq: int = 96, hidden: int = 960, heads: int = 15,
+                 ffn: int = 2560) -> Any:
+    """One Llama-style decoder layer (Touvron et al., 2023) at SmolLM-360M's sizes (hidden 960,
+    15 heads of 64, FFN 2560), prefilling 96 tokens: pre-RMSNorm, causal self-attention without
+    biases, and a SwiGLU feed-forward block (``silu(x W_gate) * (x W_up)``, then ``W_down``).
+
+    Rotary position embeddings and grouped key/value heads are left out: the first is an
+    element-wise rotation of q and k, the second repeats k and v across heads; neither adds a
+    loop nest that the tuned operators here lack.
+    """
+    ones = np.ones(hidden, "float32")
+    y = ops.add(x, _self_attention(ops, weights, ops.rms_norm(x, ones), seq, hidden, heads, causal=True, bias=False))
+    h = ops.rms_norm(y, ones)
+    gate = ops.silu(ops.linear(h, weights(hidden, ffn, fan_in=hidden)))
+    up = ops.linear(h, weights(hidden, ffn, fan_in=hidden))
+    return ops.add(y, ops.linear(ops.multiply(gate, up), weights(ffn, hidden, fan_in=ffn)))
+
+
 @dataclass(frozen=True)
 class Network:
     """A network tuna can build: its input and how to write it against the operations.
@@ -314,6 +377,8 @@ NETWORKS: dict[str, Network] = {
                 functools.partial(_bert_layer, hidden=1024, heads=16, ffn=4096)),
         Network("vit", "ViT-B/16-sized: patch embedding, one pre-norm encoder layer over 196 tokens, "
                 "mean-pooled classifier; batch 1, 3x224x224, random weights", (1, 3, 224, 224), _vit_layer),
+        Network("llama", "Llama-style decoder layer at SmolLM-360M's sizes: RMSNorm, causal attention, SwiGLU; "
+                "batch 1, 96 tokens, random weights", (1, 96, 960), _llama_layer),
     )
 }
 
