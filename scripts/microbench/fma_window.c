@@ -10,9 +10,11 @@
  * of docs/bench/heldout-pools-25/vit-fused_matmul4_add1_add2 (a dense layer, 196 x 3072 by 3072 x
  * 768): eight chains of 16 dependent 512-bit FMAs, one for each 16-float piece of a 128-column
  * slab of the output row, each loading its accumulator and storing it back; then with the
- * accumulators in L2, with the row's 16 values of A broadcast from L3 first, and with each chain's
- * weights read from an 8 KiB tile, as in the kernel. Build and run on the machine to describe
- * (record its lscpu beside the output):
+ * accumulators in L2, with the row's 16 values of A broadcast from L3 first, with each chain's
+ * weights read from an 8 KiB tile, inside the kernel's whole loop nest, and with that tile 16, 32
+ * or 48 bytes past a cache line (LLVM spills the tile to a stack frame it keeps 16-byte aligned,
+ * and the kernel ran at the speed of the misaligned cases). Build and run on the machine to
+ * describe (record its lscpu beside the output):
  *
  *     gcc -O2 -march=x86-64-v4 scripts/microbench/fma_window.c -o /tmp/fma_window && /tmp/fma_window
  *
@@ -142,7 +144,8 @@ ROW_A(interleaved_a_l3,
 /* And with each FMA's weight where #178 has it: a 16 x 128-float tile of B (8 KiB, 128 lines, copied
  * to the stack once per 196 rows), chain c's FMAs reading lines 16c..16c+15; against the same
  * code with every chain reading the first 16 lines (1 KiB). */
-static float tile[16 * 128] __attribute__((aligned(64)));
+static float tile_space[16 * 128 + 16] __attribute__((aligned(64)));
+static float *tile = tile_space;
 #define FT(r, b, j) "vfmadd231ps " #b "*1024+" #j "*64(%1), %%zmm" #r ", %%zmm0\n\t"
 #define CT(c, b)                                                                                   \
   "vmovups " #c "(%0), %%zmm0\n\t" FT(11, b, 0) FT(12, b, 1) FT(13, b, 2) FT(14, b, 3) FT(15, b, 4)   \
@@ -165,6 +168,40 @@ static float tile[16 * 128] __attribute__((aligned(64)));
 ROW_T(row_tile_8k, 0, 1, 2, 3, 4, 5, 6, 7)
 ROW_T(row_tile_1k, 0, 0, 0, 0, 0, 0, 0, 0)
 
+/* The whole kernel's loop nest around that turn: for each of the six 128-column slabs and each of
+ * the 192 steps of 16 along the 3072-long reduction, the 16 x 128 weight tile is copied from the
+ * 3072 x 768 weight (9.4 MB, rows 3 KiB apart) to the tile, then the 196 turns run; cycles a turn. */
+static float weights[3072 * 768] __attribute__((aligned(64)));
+__attribute__((noinline)) static double kernel_178(void) {
+  double t = ticks();
+  long turns = 0;
+  for (int slab = 0; slab < 6; slab++) {
+    for (int k0 = 0; k0 < 192; k0++) {
+      for (int r = 0; r < 16; r++)
+        for (int c = 0; c < 128; c += 16)
+          _mm512_storeu_ps(tile + 128 * r + c, _mm512_load_ps(weights + 768 * (16 * k0 + r) + 128 * slab + c));
+      for (int row = 0; row < ROWS; row++, turns++) {
+        float *q = big + 768 * row + 128 * slab;
+        const float *a = a_rows + 3072 * row + 16 * k0;
+        __asm__ volatile(BROADCASTS CT(0, 0) CT(64, 1) CT(128, 2) CT(192, 3) CT(256, 4) CT(320, 5) CT(384, 6)
+                         CT(448, 7) :: "r"(q), "r"(tile), "r"(a)
+                         : "xmm0", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18",
+                           "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm24", "xmm25", "xmm26", "memory");
+      }
+    }
+  }
+  return (ticks() - t) / turns;
+}
+
+/* LLVM keeps #178's weight tile on the stack, which the System V ABI aligns to 16 bytes only: at
+ * 16, 32 or 48 bytes past a line, every 512-bit read of it straddles two lines. */
+__attribute__((noinline)) static double kernel_178_at(int offset) {
+  tile = tile_space + offset / 4;
+  double c = kernel_178();
+  tile = tile_space;
+  return c;
+}
+
 int main(void) {
   _mm_setcsr(_mm_getcsr() | 0x8040);  /* flush denormals: no slow path whatever the registers hold */
   for (int i = 0; i < 256; i++) weight[i] = 1e-3f;
@@ -175,11 +212,14 @@ int main(void) {
            "K=32 reg %.1f mem %.1f; ymm K=16 reg %.1f mem %.1f, K=32 reg %.1f mem %.1f; "
            "#178's row (8 x 16 zmm, mem) %.1f, its accumulators in L2 %.1f; the chains interleaved %.1f, in L2 %.1f; "
            "with A's row broadcast from L3 first: the chains %.1f, interleaved %.1f; "
-           "the chains with B from an 8 KiB tile %.1f, from 1 KiB %.1f\n",
+           "the chains with B from an 8 KiB tile %.1f, from 1 KiB %.1f; "
+           "the whole loop nest, the tile copied at each step %.1f, the tile 16 / 32 / 48 bytes past a line "
+           "%.1f / %.1f / %.1f\n",
            z16_reg() / c, z16_mem() / c, z32_reg() / c, z32_mem() / c, y16_reg() / c, y16_mem() / c,
            y32_reg() / c, y32_mem() / c, row_of_8() / c, row_of_8_l2() / c, interleaved_l1() / c,
            interleaved_l2() / c, row_of_8_a_l3() / c, interleaved_a_l3() / c,
-           row_tile_8k() / c, row_tile_1k() / c);
+           row_tile_8k() / c, row_tile_1k() / c, kernel_178() / c,
+           kernel_178_at(16) / c, kernel_178_at(32) / c, kernel_178_at(48) / c);
   }
   return 0;
 }
