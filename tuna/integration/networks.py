@@ -254,9 +254,10 @@ def _mobilenet_v2(ops: Any, x: Any, weights: _Weights, classes: int = 1000) -> A
     return ops.dense(y, weights(1280, classes, fan_in=1280), weights(classes))
 
 
-def _dense(ops: Any, weights: _Weights, x: Any, cin: int, cout: int) -> Any:
-    """A dense layer ``cin -> cout`` with bias, its weights drawn now."""
-    return ops.dense(x, weights(cin, cout, fan_in=cin), weights(cout))
+def _dense(ops: Any, weights: _Weights, x: Any, cin: int, cout: int, bias: bool = True) -> Any:
+    """A dense layer ``cin -> cout``, with a bias unless ``bias=False``, its weights drawn now."""
+    w = weights(cin, cout, fan_in=cin)
+    return ops.dense(x, w, weights(cout)) if bias else ops.linear(x, w)
 
 
 def _self_attention(ops: Any, weights: _Weights, x: Any, seq: int, hidden: int, heads: int,
@@ -268,22 +269,17 @@ def _self_attention(ops: Any, weights: _Weights, x: Any, seq: int, hidden: int, 
     """
     d = hidden // heads
 
-    def project(t):
-        if bias:
-            return _dense(ops, weights, t, hidden, hidden)
-        return ops.linear(t, weights(hidden, hidden, fan_in=hidden))
-
     def split_heads(t):  # (1, seq, hidden) -> (1, heads, seq, d)
         return ops.transpose(ops.reshape(t, (1, seq, heads, d)), (0, 2, 1, 3))
 
-    q, k, v = (split_heads(project(x)) for _ in range(3))
+    q, k, v = (split_heads(_dense(ops, weights, x, hidden, hidden, bias)) for _ in range(3))
     scores = ops.scale(ops.matmul(q, ops.transpose(k, (0, 1, 3, 2))), 1.0 / math.sqrt(d))
     if causal:
         # A large negative number rather than -inf: exp underflows to 0 all the same, and no NaN can appear.
         scores = ops.add_constant(scores, np.triu(np.full((seq, seq), -1e9, "float32"), k=1))
     ctx = ops.matmul(ops.softmax(scores), v)
     ctx = ops.reshape(ops.transpose(ctx, (0, 2, 1, 3)), (1, seq, hidden))
-    return project(ctx)
+    return _dense(ops, weights, ctx, hidden, hidden, bias)
 
 
 def _feed_forward(ops: Any, weights: _Weights, x: Any, hidden: int, ffn: int) -> Any:
@@ -338,9 +334,9 @@ def _llama_layer(ops: Any, x: Any, weights: _Weights, seq: int = 96, hidden: int
     ones = np.ones(hidden, "float32")
     y = ops.add(x, _self_attention(ops, weights, ops.rms_norm(x, ones), seq, hidden, heads, causal=True, bias=False))
     h = ops.rms_norm(y, ones)
-    gate = ops.silu(ops.linear(h, weights(hidden, ffn, fan_in=hidden)))
-    up = ops.linear(h, weights(hidden, ffn, fan_in=hidden))
-    return ops.add(y, ops.linear(ops.multiply(gate, up), weights(ffn, hidden, fan_in=ffn)))
+    gate = ops.silu(_dense(ops, weights, h, hidden, ffn, bias=False))
+    up = _dense(ops, weights, h, hidden, ffn, bias=False)
+    return ops.add(y, _dense(ops, weights, ops.multiply(gate, up), ffn, hidden, bias=False))
 
 
 @dataclass(frozen=True)
