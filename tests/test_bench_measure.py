@@ -73,7 +73,26 @@ def test_bench_launch_measures_a_parallel_region(capsys, host):
 
 
 class NumpyOps:
-    """A reference for the operations the BERT and Llama layers use (float64 numpy)."""
+    """A reference for the operations the BERT, Llama and ConvNeXt networks use (float64 numpy)."""
+
+    def conv(self, x, w, b, stride, padding, groups=1):
+        x = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+        cout, cin_g, k, _ = w.shape
+        # (1, C, H, W) -> windows (1, C, Ho, Wo, k, k), then a per-group contraction.
+        win = np.lib.stride_tricks.sliding_window_view(x, (k, k), axis=(2, 3))[:, :, ::stride, ::stride]
+        win = win.reshape(1, groups, cin_g, *win.shape[2:])
+        wg = w.reshape(groups, cout // groups, cin_g, k, k)
+        y = np.einsum("bgchwij,gocij->bgohw", win, wg).reshape(1, cout, *win.shape[3:5])
+        return y + b.reshape(1, -1, 1, 1)
+
+    def global_avg_pool(self, x):
+        return x.mean((2, 3), keepdims=True)
+
+    def flatten(self, x, features):
+        return x.reshape(1, features)
+
+    def multiply_constant(self, x, c):
+        return x * c
 
     def dense(self, x, w, b):
         return x @ w + b
@@ -120,8 +139,8 @@ class NumpyOps:
         return x / (1 + np.exp(-x))
 
 
-@pytest.mark.parametrize("name", ["bert", "llama"])
-def test_transformer_layer_built_with_relax_computes_what_numpy_does(name):
+@pytest.mark.parametrize("name", ["bert", "llama", "convnext"])
+def test_network_built_with_relax_computes_what_numpy_does(name):
     import tvm
     from tvm import relax
 
@@ -131,7 +150,7 @@ def test_transformer_layer_built_with_relax_computes_what_numpy_does(name):
     x = networks.example_input(name)
     got = vm["main"](tvm.runtime.tensor(x, tvm.cpu())).numpy()
     want = networks.NETWORKS[name].body(NumpyOps(), x.astype("float64"), networks._Weights(3))
-    assert got.shape == want.shape == networks.NETWORKS[name].input_shape
+    assert got.shape == want.shape == ((1, 1000) if name == "convnext" else networks.NETWORKS[name].input_shape)
     np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3)
 
 

@@ -84,6 +84,10 @@ def test_every_task_of_the_networks_has_a_family():
     assert families["llama/fused_matmul3_silu_multiply1"] == "dense"
     assert families["llama/rms_norm"] == "layernorm"
     assert families["bert-large/layer_norm"] == "layernorm"
+    # ConvNeXt: a 7x7 depthwise convolution, its channels-last dense layers, the stem's patch conv
+    assert families["convnext/fused_conv2d1_add"] == "depthwise"
+    assert families["convnext/fused_matmul1_add2_multiply_add3"] == "dense"
+    assert families["convnext/fused_conv2d_add"] == "conv2d"
     assert families["resnet50/max_pool2d"] == "pool"
 
 

@@ -1,6 +1,6 @@
 """Whole networks for ``tuna bench network``: ResNet-18, ResNet-50, MobileNetV2, one
-encoder layer of BERT-base and of BERT-large, a one-layer ViT and one Llama-style decoder
-layer, batch 1.
+encoder layer of BERT-base and of BERT-large, a one-layer ViT, one Llama-style decoder
+layer and ConvNeXt-T's first stage, batch 1.
 
 Each network is written once, against a small set of tensor operations (:class:`RelaxOps`
 builds a TVM Relax module; :class:`TorchOps` runs PyTorch eagerly with the same weights),
@@ -108,6 +108,9 @@ class RelaxOps:
     def silu(self, x):
         return self._emit(relax.op.nn.silu(x))
 
+    def multiply_constant(self, x, c: np.ndarray):
+        return self._emit(relax.op.multiply(x, relax.const(c)))
+
 
 class TorchOps:
     """The same operations in PyTorch, run eagerly (imported only when asked for)."""
@@ -180,6 +183,9 @@ class TorchOps:
 
     def silu(self, x):
         return self.f.silu(x)
+
+    def multiply_constant(self, x, c):
+        return x * self._t(c)
 
 
 # ---------------------------------------------------------------------------------------
@@ -339,6 +345,37 @@ def _llama_layer(ops: Any, x: Any, weights: _Weights, seq: int = 96, hidden: int
     return ops.add(y, _dense(ops, weights, ops.multiply(gate, up), ffn, hidden, bias=False))
 
 
+def _convnext_stage1(ops: Any, x: Any, weights: _Weights, dim: int = 96, blocks: int = 3,
+                     classes: int = 1000) -> Any:
+    """ConvNeXt-T (Liu et al., 2022) cut to its stem and first stage: a 4x4 stride-4 patch
+    convolution to 96 channels and a layer norm, three ConvNeXt blocks at 56x56, then the
+    classifier (mean over the image, layer norm, dense).
+
+    A block is a 7x7 depthwise convolution, then, channels last, a layer norm, a dense layer to
+    four times the width with GELU, one back, a per-channel layer scale and the residual add.
+    The depthwise convolution runs channels first (NCHW), so each block transposes twice, as
+    torchvision's implementation does.
+    """
+    side = 56
+    ones, zeros = np.ones(dim, "float32"), np.zeros(dim, "float32")
+
+    def to_last(t):  # (1, dim, side, side) -> (1, side * side, dim)
+        return ops.transpose(ops.reshape(t, (1, dim, side * side)), (0, 2, 1))
+
+    def to_first(t):  # (1, side * side, dim) -> (1, dim, side, side)
+        return ops.reshape(ops.transpose(t, (0, 2, 1)), (1, dim, side, side))
+
+    y = ops.conv(x, weights(dim, 3, 4, 4, fan_in=48), weights(dim), 4, 0)
+    y = ops.layer_norm(to_last(y), ones, zeros)
+    for _ in range(blocks):
+        z = ops.conv(to_first(y), weights(dim, 1, 7, 7, fan_in=49), weights(dim), 1, 3, groups=dim)
+        z = ops.layer_norm(to_last(z), ones, zeros)
+        z = _dense(ops, weights, ops.gelu(_dense(ops, weights, z, dim, 4 * dim)), 4 * dim, dim)
+        y = ops.add(y, ops.multiply_constant(z, weights(dim)))
+    y = ops.layer_norm(ops.flatten(ops.global_avg_pool(to_first(y)), dim), ones, zeros)
+    return _dense(ops, weights, y, dim, classes)
+
+
 @dataclass(frozen=True)
 class Network:
     """A network tuna can build: its input and how to write it against the operations.
@@ -375,6 +412,8 @@ NETWORKS: dict[str, Network] = {
                 "mean-pooled classifier; batch 1, 3x224x224, random weights", (1, 3, 224, 224), _vit_layer),
         Network("llama", "Llama-style decoder layer at SmolLM-360M's sizes: RMSNorm, causal attention, SwiGLU; "
                 "batch 1, 96 tokens, random weights", (1, 96, 960), _llama_layer),
+        Network("convnext", "ConvNeXt-T cut to its stem and first stage (three blocks at 96 channels, 56x56) "
+                "and the classifier; batch 1, 3x224x224, random weights", (1, 3, 224, 224), _convnext_stage1),
     )
 }
 
