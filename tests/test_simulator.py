@@ -741,3 +741,44 @@ def test_a_non_scheduling_queue_lets_dispatch_run_ahead_but_not_issue():
     no_queue = cycles(replace(ua, queues=()))
     assert counted_together < queued
     assert no_queue == pytest.approx(queued, rel=0.1)  # the queue adds dispatch room, not look-ahead
+
+
+def _frame_fma(dst: int, slot: int) -> Instruction:
+    """An FMA whose weight LLVM reloads from a spill slot of the stack frame."""
+    regs = (f"zmm{dst}", "zmm30")
+    return _ins(f"vfmadd231ps zmm{dst}, zmm30, zmmword ptr [rsp + {64 * slot + 0x40}]", (*regs, "rsp"), regs[:1])
+
+
+def test_a_vector_reload_of_the_stack_frame_is_a_frame_load():
+    uops = decode(_frame_fma(0, 1), "x86-64").uops
+    assert [u.klass for u in uops] == ["vload_frame", "fma"] and uops[0].kind == "load"
+    assert decode(_zmm_load(0, 64), "x86-64").uops[0].klass == "vload"  # another base register
+    assert decode(_ins("mov rax, qword ptr [rsp + 8]", ("rsp",), ("rax",)), "x86-64").uops[0].klass == "load"
+
+
+def test_zen4_prices_512_bit_reloads_of_a_16_byte_aligned_frame_as_measured():
+    """fma_window.zen4.txt: a turn of 128 tile-reading FMAs took 0.35 cycles more a load, on average
+    over where the tile falls in a line, than with the tile on a line (1 a cycle, the two load pipes)."""
+    body = [_frame_fma(d % 16, d) for d in range(128)]
+    zen4 = machine.preset("zen4")
+    aligned = simulator.simulate(body, zen4, frame_align=64)
+    unknown = simulator.simulate(body, zen4)
+    assert aligned.cycles == pytest.approx(128, rel=0.05)
+    assert unknown.port_bound == pytest.approx(128 * 1.35)
+    assert 128 * 1.35 <= unknown.cycles <= 128 * 1.5  # the pipe's hold rounds to 3 cycles in the schedule
+    assert unknown.counts["load"] == aligned.counts["load"] == 128
+    # Narrower reloads and machines without the data (Zen 5 loads 512 bits natively) are unchanged.
+    ymm = [_ins(f"vfmadd231ps ymm{d % 16}, ymm30, ymmword ptr [rsp + {32 * d}]", (f"ymm{d % 16}", "ymm30", "rsp"),
+                (f"ymm{d % 16}",)) for d in range(64)]
+    assert simulator.simulate(ymm, zen4).cycles == simulator.simulate(ymm, zen4, frame_align=64).cycles
+    zen5 = machine.preset("zen5")
+    assert simulator.simulate(body, zen5).cycles == simulator.simulate(body, zen5, frame_align=64).cycles
+
+
+def test_frame_alignment_reads_the_function_s_realignment():
+    from tuna.cpu.full_tier import frame_alignment
+
+    prologue = [_ins("push rbp"), _ins("mov rbp, rsp"), _ins("sub rsp, 0x1c0")]
+    assert frame_alignment(prologue) == 16
+    assert frame_alignment([*prologue, _ins("and rsp, 0xffffffffffffffc0")]) == 64
+    assert frame_alignment([_ins("and rsp, -0x20")]) == 32

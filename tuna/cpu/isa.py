@@ -46,6 +46,7 @@ KIND_OF = MappingProxyType(
         "load_pair": "load",
         "vload": "load",
         "vload_pair": "load",
+        "vload_frame": "load",
         "vload_dup": "load",
         "vload_lane": "load",
         "vload_struct": "load",

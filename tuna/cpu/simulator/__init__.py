@@ -8,8 +8,10 @@ Stages, each a module:
 - :mod:`~.decoding` (with :mod:`~.microops`, :mod:`~.decode_x86`, :mod:`~.decode_aarch64`): each
   instruction into micro-ops (an x86 load-op into a load and an arithmetic micro-op, a store
   into store-address and store-data micro-ops, an AArch64 writeback load into a load and a
-  base-register update), their timing classes looked up in :mod:`tuna.cpu.isa`;
-- :mod:`~.dependencies`: the block's micro-ops bound to one machine's timing, with register
+  base-register update, an x86 vector reload of the stack frame into a ``vload_frame``), their
+  timing classes looked up in :mod:`tuna.cpu.isa`;
+- :mod:`~.dependencies`: the block's micro-ops bound to one machine's timing (a frame reload
+  wider than the frame's known alignment at the machine's ``vload_frame`` timing), with register
   and memory dependencies (and :func:`dependency_graph`, the RAW/WAR/WAW edges, for inspection);
 - :mod:`~.bounds`: pipe pressure and the recurrence (or critical path) bound;
 - :mod:`~.schedulers`: out-of-order list scheduling under the dispatch width, pipe counts,

@@ -5,7 +5,9 @@ and a store-data micro-op, a read-modify-write a load, an operation, and the two
 micro-ops, a gather or scatter one micro-op timed by the elements it moves, an AVX2 masked
 store a store-address and a masked-store micro-op; zeroing idioms,
 fusible compare/ALU instructions and load-ops with an indexed address (which Intel cores
-split into two front-end slots) are marked for the front end.
+split into two front-end slots) are marked for the front end; a vector load from the stack
+frame (``[rsp + constant]``) is a ``vload_frame``, which machines without data for it time as
+any vector load.
 Timing classes come from :mod:`tuna.cpu.isa`; this module holds only how x86 instructions
 split into micro-ops.
 """
@@ -182,7 +184,10 @@ def decode_x86(ins: Instruction) -> Decoded:
         )
         return Decoded(uops, slots=2)
     dests = [w for w in writes]
-    load_class = "vload" if vector else "load"
+    # A vector reload of the stack frame (address rsp + constant): LLVM's spill slots, in a
+    # frame the ABI keeps 16-byte aligned unless the function realigns it, so a wide reload
+    # may straddle cache lines (see prepare_block's ``frame_align``).
+    load_class = ("vload_frame" if addr == ("rsp",) else "vload") if vector else "load"
     if base in _X86_PURE_LOAD or mnem in _X86_PURE_LOAD:
         return Decoded((uop(load_class, mem_width, addr, dests, mem),), broadcast=broadcast)
     klass = _x86_class(mnem, vector, ops)

@@ -73,8 +73,12 @@ class Block:
     broadcasts: int
 
 
-def prepare_block(decoded: Sequence[Decoded], ua: Uarch, loop: bool) -> Block:
+def prepare_block(decoded: Sequence[Decoded], ua: Uarch, loop: bool, frame_align: int = 16) -> Block:
     """The micro-ops of ``decoded`` with ``ua``'s timing, front-end slots and memory dependencies.
+
+    ``frame_align`` is what the function's stack frame is known to be aligned to, in bytes: a
+    reload of the frame (``vload_frame``) no wider keeps a plain vector load's timing, a wider
+    one the machine's ``vload_frame`` timing (a cost expected from straddled cache lines).
 
     With ``loop``, a load before the store to its slot reads what the previous iteration stored
     (its slot found, where the block steps the address registers, one stride further on).
@@ -108,6 +112,8 @@ def prepare_block(decoded: Sequence[Decoded], ua: Uarch, loop: bool) -> Block:
                 k = "zero"
             elif k == "zero" and not ua.zero_idioms:
                 k = "vlogic" if u.width > 64 else "alu"
+            elif k == "vload_frame" and u.width <= 8 * frame_align:
+                k = "vload"
             timing = timed.get((k, u.width))
             if timing is None:
                 t = ua.timing(k, u.width) if k not in _NO_EXEC else None

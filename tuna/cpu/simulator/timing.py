@@ -74,7 +74,8 @@ class BlockTiming:
     loop: bool
 
 
-def simulate(instructions: Sequence[Instruction], machine: Machine, *, loop: bool = True) -> BlockTiming:
+def simulate(instructions: Sequence[Instruction], machine: Machine, *, loop: bool = True,
+             frame_align: int = 16) -> BlockTiming:
     """Cycles a basic block takes on ``machine``.
 
     Parameters
@@ -87,12 +88,16 @@ def simulate(instructions: Sequence[Instruction], machine: Machine, *, loop: boo
     loop : bool, optional
         Time the block as the body of a loop (steady-state cycles per iteration, loop-carried
         dependencies included) rather than as one straight-line execution.
+    frame_align : int, optional
+        Bytes the function's stack frame is known to be aligned to: 16 (the x86-64 ABI's)
+        unless the function realigns its stack; vector reloads of the frame wider than this
+        may straddle cache lines, which machines with data for it (``vload_frame``) price.
 
     Returns
     -------
     BlockTiming
         Cycles with the analytical bounds and the micro-op counts; memoised on the
-        instructions (addresses aside), the machine and ``loop``.
+        instructions (addresses aside), the machine, ``loop`` and ``frame_align``.
 
     Raises
     ------
@@ -103,15 +108,15 @@ def simulate(instructions: Sequence[Instruction], machine: Machine, *, loop: boo
     """
     check_isa(machine.isa)
     key = tuple((i.mnemonic, i.operands, i.reads, i.writes) for i in instructions)
-    return simulate_key(key, machine.isa, machine.name, bool(machine.in_order), bool(loop))
+    return simulate_key(key, machine.isa, machine.name, bool(machine.in_order), bool(loop), int(frame_align))
 
 
 @lru_cache(maxsize=8192)
-def simulate_key(key: tuple, isa: str, name: str, in_order: bool, loop: bool) -> BlockTiming:
+def simulate_key(key: tuple, isa: str, name: str, in_order: bool, loop: bool, frame_align: int = 16) -> BlockTiming:
     """:func:`simulate` of the block whose instructions are ``key`` (mnemonic, operands, reads, writes; memoised)."""
     ua = load_uarch(name)
     decoded = [decode_key(isa, *k) for k in key]
-    blk = prepare_block(decoded, ua, loop)
+    blk = prepare_block(decoded, ua, loop, frame_align)
     fwd = ua.store_forward_latency
     port_cycles = port_bound(blk, len(ua.ports))
     chain_cycles = chain_bound(blk, fwd, loop, ua.store_forward_fail_latency or 0.0)

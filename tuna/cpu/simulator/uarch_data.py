@@ -60,6 +60,7 @@ FALLBACK = MappingProxyType(
         "load": "alu",
         "load_pair": "load",
         "vload": "load",
+        "vload_frame": "vload",  # a stack reload: a plain vector load where the file says no more
         "vload_pair": "vload",
         "vload_dup": "vload",
         "vload_lane": "vload_dup",
@@ -306,6 +307,8 @@ def load_uarch(name: str) -> Uarch:
         for klass, spec in classes.items():
             base = {k: v for k, v in spec.items() if not k.startswith("w")}
             for w in WIDTH_KEYS:
+                if not base and f"w{w}" not in spec:
+                    continue  # a class the file times at some widths only: the others fall back
                 merged = dict(base)
                 over = spec.get(f"w{w}", {})
                 if "ports" in over or "uops" in over:
