@@ -20,7 +20,7 @@ turns the resulting cycle terms into seconds.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
 from .. import linear
@@ -31,7 +31,7 @@ from ..machine import Machine
 from . import ir_tier, loop_mapping, simulator
 from .disassembly import ANONYMOUS, RUNTIME_HELPERS
 from .isa import ARITHMETIC
-from .simulator.registers import parse_int
+from .simulator.registers import parse_int, split_operands
 
 #: Share of the dynamic instructions whose blocks the simulator times.
 HOT_SHARE = 0.98
@@ -76,14 +76,15 @@ def _library_call(ins: Instruction) -> bool:
 CODE_TERMS = ("compute_cycles", "load_ops", "store_ops", "calls", "call_block_ops")
 
 
-def frame_alignment(instructions: Sequence[Instruction]) -> int:
+def frame_alignment(instructions: Iterable[Instruction]) -> int:
     """Bytes a function's stack frame is aligned to: what an ``and rsp, -N`` realigns it to,
     else the x86-64 ABI's 16 (which LLVM keeps in TVM's kernels: none of 768 dense
     candidates of four Zen 4 pools realigned its frame, though each spills 512-bit vectors)."""
     align = 16
     for ins in instructions:
-        if ins.mnemonic == "and" and ins.operands.replace(" ", "").startswith("rsp,"):
-            mask = parse_int(ins.operands.split(",", 1)[1])
+        ops = split_operands(ins.operands.lower()) if ins.mnemonic == "and" else ()
+        if len(ops) == 2 and ops[0] == "rsp":
+            mask = parse_int(ops[1])
             if mask is not None and mask >= 1 << 63:  # Capstone prints -64 as 0xffffffffffffffc0
                 mask -= 1 << 64
             if mask is not None and mask < 0:
@@ -126,7 +127,7 @@ def estimate(kernel: KernelIR, machine: Machine) -> Estimate:
     for fm in maps:
         per_thread = 0.0
         together: dict[float, list[Instruction]] = {}
-        align = frame_alignment([ins for blk in fm.code.blocks for ins in blk.instructions])
+        align = frame_alignment(ins for blk in fm.code.blocks for ins in blk.instructions)
         for blk in fm.code.blocks:
             weight = fm.weights[blk.start]
             # A one-block innermost loop runs back to back: its steady-state cycles apply.
