@@ -140,7 +140,8 @@ class NumpyOps:
 
 
 @pytest.mark.parametrize(("name", "out_shape"),
-                         [("bert", (1, 128, 768)), ("llama", (1, 96, 960)), ("convnext", (1, 1000))])
+                         [("bert", (1, 128, 768)), ("llama", (1, 96, 960)), ("convnext", (1, 1000)),
+                          ("gpt2", (1, 256, 768))])
 def test_network_built_with_relax_computes_what_numpy_does(name, out_shape):
     import tvm
     from tvm import relax
@@ -155,12 +156,13 @@ def test_network_built_with_relax_computes_what_numpy_does(name, out_shape):
     np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3)
 
 
-def test_llama_attention_is_causal():
+@pytest.mark.parametrize("name", ["llama", "gpt2"])
+def test_decoder_attention_is_causal(name):
     """The first token's output does not change when the later tokens do."""
-    x = networks.example_input("llama")
+    x = networks.example_input(name)
     y = x.copy()
     y[:, 1:] += 1.0
-    run = networks.NETWORKS["llama"].body
+    run = networks.NETWORKS[name].body
     a, b = (run(NumpyOps(), v.astype("float64"), networks._Weights(0)) for v in (x, y))
     np.testing.assert_allclose(a[:, 0], b[:, 0], rtol=1e-12)
     assert not np.allclose(a[:, 1], b[:, 1])

@@ -88,6 +88,10 @@ def test_every_task_of_the_networks_has_a_family():
     assert families["convnext/fused_conv2d1_add"] == "depthwise"
     assert families["convnext/fused_matmul1_add2_multiply_add3"] == "dense"
     assert families["convnext/fused_conv2d_add"] == "conv2d"
+    # GPT-2: QK^T scaled and masked, the GELU dense layer, the layer norms
+    assert families["gpt2/fused_matmul1_multiply_add1"] == "batch_matmul"
+    assert families["gpt2/fused_matmul3_add3_gelu"] == "dense"
+    assert families["gpt2/layer_norm"] == "layernorm"
     assert families["resnet50/max_pool2d"] == "pool"
 
 

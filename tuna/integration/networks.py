@@ -345,6 +345,21 @@ def _llama_layer(ops: Any, x: Any, weights: _Weights, seq: int = 96, hidden: int
     return ops.add(y, _dense(ops, weights, ops.multiply(gate, up), ffn, hidden, bias=False))
 
 
+def _gpt2_layer(ops: Any, x: Any, weights: _Weights, seq: int = 256, hidden: int = 768, heads: int = 12,
+                ffn: int = 3072) -> Any:
+    """One GPT-2 decoder layer (Radford et al., 2019) at GPT-2 small's sizes (hidden 768, 12 heads,
+    FFN 3072) over 256 tokens: pre-norm, causal self-attention with biases, a GELU feed-forward
+    block, and the model's final layer norm.
+
+    Position embeddings are left out (an add to the input). Its 256 tokens give the dense,
+    batch-matmul, softmax and layer-norm tasks shapes no other network here has.
+    """
+    ones, zeros = np.ones(hidden, "float32"), np.zeros(hidden, "float32")
+    y = ops.add(x, _self_attention(ops, weights, ops.layer_norm(x, ones, zeros), seq, hidden, heads, causal=True))
+    y = ops.add(y, _feed_forward(ops, weights, ops.layer_norm(y, ones, zeros), hidden, ffn))
+    return ops.layer_norm(y, ones, zeros)
+
+
 def _convnext_stage1(ops: Any, x: Any, weights: _Weights, dim: int = 96, blocks: int = 3,
                      classes: int = 1000) -> Any:
     """ConvNeXt-T (Liu et al., 2022) cut to its stem and first stage: a 4x4 stride-4 patch
@@ -412,6 +427,8 @@ NETWORKS: dict[str, Network] = {
                 "mean-pooled classifier; batch 1, 3x224x224, random weights", (1, 3, 224, 224), _vit_layer),
         Network("llama", "Llama-style decoder layer at SmolLM-360M's sizes: RMSNorm, causal attention, SwiGLU; "
                 "batch 1, 96 tokens, random weights", (1, 96, 960), _llama_layer),
+        Network("gpt2", "GPT-2 small decoder layer: pre-norm, causal attention, GELU feed-forward, final layer "
+                "norm; batch 1, 256 tokens, random weights", (1, 256, 768), _gpt2_layer),
         Network("convnext", "ConvNeXt-T cut to its stem and first stage (three blocks at 96 channels, 56x56) "
                 "and the classifier; batch 1, 3x224x224, random weights", (1, 3, 224, 224), _convnext_stage1),
     )
