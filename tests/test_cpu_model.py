@@ -349,6 +349,37 @@ def test_data_movement_against_an_lru_simulation(n, capacity):
         assert lines / 2 <= model <= lines * 2
 
 
+def _two_passes(rows: int, cols: int) -> KernelIR:
+    """A row statistic and a pass that uses it, as two nests: s[i] += X[i, k], then
+    Y[i, j] = X[i, j] - s[i] (a layer norm written as separate passes over its rows)."""
+    def acc(buf, write, *dims):
+        shape = (rows, cols)[:len(dims)] if buf != "s" else (rows,)
+        return Access(buf, write, tuple(Index(((d, 1),)) for d in dims), shape, 4)
+
+    total = Statement("sum", (acc("X", False, "i", "k"), acc("s", False, "i"), acc("s", True, "i")), (("add", 1),))
+    centre = Statement("centre", (acc("X", False, "i2", "j"), acc("s", False, "i2"), acc("Y", True, "i2", "j")),
+                       (("add", 1),))
+    return KernelIR("passes", (Loop("i", rows, LoopKind.SERIAL, (Loop("k", cols, LoopKind.SERIAL, (total,)),)),
+                               Loop("i2", rows, LoopKind.SERIAL, (Loop("j", cols, LoopKind.SERIAL, (centre,)),))))
+
+
+def test_a_later_nest_finds_what_an_earlier_one_left_in_the_caches():
+    # 64 KiB of X read by both passes: Zen 4's L2 and L3 hold it, so the second pass fills
+    # them with Y alone, as an LRU cache does; the 32 KiB L1 does not, and both passes fill it.
+    kernel = _two_passes(64, 256)
+    zen4 = machine.preset("zen4")
+    feats = features(kernel, zen4)
+    for level in zen4.caches:
+        lru = _lru_misses(kernel, level.size_bytes, level.line_bytes) * level.line_bytes
+        if level.level == 1:
+            assert feats["L1_fill_bytes"] == pytest.approx(lru, rel=0.02)
+            assert feats["L1_fill_bytes"] > 3 * 64 * 256 * 4  # X twice and Y
+        else:
+            assert feats[f"L{level.level}_fill_bytes"] == lru == (2 * 64 * 256 + 64) * 4
+    assert feats["dram_bytes"] == feats["L3_fill_bytes"]
+    assert ir_tier.memory_terms(kernel, zen4)["L2_fill_bytes"] == feats["L2_fill_bytes"]
+
+
 @pytest.mark.parametrize("row", [1024, 1040, 512, 2048 + 16])
 def test_set_conflicts_against_a_set_associative_lru_simulation(row):
     # s[j] += X[k, j]: for each of 16 columns, a sweep down 64 rows of ``row`` floats. The

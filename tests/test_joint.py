@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import tvm
 
-from tuna import integration, machine
+from tuna import integration, ir, machine
 from tuna.cpu import cfg, disassembly, full_tier, loop_mapping, objcode, overlap_checks, simulator, trip_counts
 from tuna.cpu.isa import arithmetic_class, lanes
 from tuna.cpu.simulator import decode
@@ -341,6 +341,40 @@ def test_an_unrolled_loop_with_run_time_trips_takes_the_tir_count_over_its_copie
     norm = next(fm for fm in maps if any(m.tir_var == "i0_i1_fused_0" for m in fm.loops))
     assert [(m.trips, m.source) for m in norm.loops] == [(256, "unrolled"), (0, "remainder")]
     assert _executed(maps, "div", preset.isa) == _tir_ops(kernel, "div") == 512 * 512
+
+
+def test_an_unrolled_loop_whose_arithmetic_llvm_folded_is_read_from_its_pointer_steps():
+    # ConvNeXt's layer norm, its pool's fastest: LLVM unrolled the variance loop's chunk of
+    # 3,136 rows by 4 and folded the arithmetic (the mean subtracted once for both factors of
+    # the square, divided by 96 once a row), so no count of instructions is 4 copies of the
+    # TIR's; its pointers step 4 rows of the input (0x600 bytes) and of the partial sums
+    # (0x100). Weighted once a row, it made the schedule 4 times its measured 98 us.
+    kernel, preset = _kernel("cnxln-set27-best-zen4")
+    maps = loop_mapping.map_kernel(kernel, preset)
+    outlined = [fm for fm in maps if fm.code.function.startswith(disassembly.ANONYMOUS)]
+    assert [(m.trips, m.source) for m in outlined[2].loops] == [(784, "unrolled"), (0, "remainder")]
+
+
+def test_pointer_steps_are_scaled_as_the_address_uses_them():
+    x86 = (Instruction(0, "vmovss", "xmm2, dword ptr [rcx + rdi*4 - 0xc]", ("rcx", "rdi"), ("xmm2",), "load"),
+           Instruction(6, "vmovaps", "zmm3, zmmword ptr [rax - 0x5c0]", ("rax",), ("zmm3",), "load"),
+           Instruction(12, "add", "rdi, 4", ("rdi",), ("rflags", "rdi")),
+           Instruction(16, "add", "rax, 0x600", ("rax",), ("rflags", "rax")),
+           Instruction(22, "mov", "rcx, rdx", ("rdx",), ("rcx",)),  # not only stepped: no pointer
+           Instruction(25, "add", "rcx, 0x40", ("rcx",), ("rflags", "rcx")),
+           Instruction(29, "sub", "rsi, -0x80", ("rsi",), ("rflags", "rsi")))  # no address uses it
+    a64 = (Instruction(0, "ldr", "q0, [x1], #0x40", ("x1",), ("v0", "x1"), "load"),
+           Instruction(4, "ldr", "s1, [x2, x3, lsl #2]", ("x2", "x3"), ("v1",), "load"),
+           Instruction(8, "str", "q2, [x5, #0x20]!", ("x5", "v2"), ("x5",), "store"),
+           Instruction(12, "add", "x3, x3, #4", ("x3",), ("x3",)))
+    for isa_name, body, steps in (("x86-64", x86, {16, 0x600}), ("aarch64", a64, {0x40, 16, 0x20})):
+        code = ir.MachineCode(isa_name, "f", (ir.BasicBlock(0, body, (0,)),))
+        assert loop_mapping._pointer_steps(code, frozenset({0})) == steps
+    # The layer norm's variance loop: input rows of 384 bytes, partial sums of 64, means of 4.
+    assert loop_mapping._stride_factor({16, 0x600, 0x100}, {4, 64, 384}, (2, 4, 8, 16)) == 4
+    assert loop_mapping._stride_factor({0x180, 0x40, 4}, {4, 64, 384}, (2, 4, 8, 16)) == 1
+    assert loop_mapping._stride_factor({64}, {4, 16}, (4, 16)) == 1  # 16 of one or 4 of the other
+    assert loop_mapping._stride_factor({12}, {4, 64}, (2, 4)) == 1  # 3 rows: not a factor LLVM uses
 
 
 def test_a_reduction_store_sunk_out_of_its_loop_is_not_an_unrolled_copy():

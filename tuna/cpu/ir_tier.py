@@ -24,7 +24,8 @@ reorder buffer overlaps). Each top-level loop nest's core cycles are those of it
 resources added (FP pipes, load/store ports, front end, FMA chains, and the shuffle pipes that
 lanes moved one at a time occupy: :func:`_core_cycles`), divided over the threads of TVM's pool
 its outermost parallel loop can occupy (``machine.threads``); cache fills (integer-set data
-movement), DRAM traffic, calls of the C math library (one per lane of every exp, log, ...) and
+movement over the nests in sequence, so that a nest finds what the ones before it left in
+each level), DRAM traffic, calls of the C math library (one per lane of every exp, log, ...) and
 the instructions around them are separate terms of the linear model in :mod:`tuna.linear`; the
 latter counts what shares the calls' straight-line code, and the values that outlive the
 registers the calling convention preserves, reloaded after every call. Buffers allocated in the
@@ -41,7 +42,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import cache
 from types import MappingProxyType
 
@@ -768,20 +769,30 @@ def reloads_per_call(
     return min(max(0, live - machine.callee_saved_gprs), addresses + 2 * len(rolled))
 
 
-def fill_terms(node: Loop | Statement, machine: Machine, threads: int, feats: Counter) -> None:
-    """Add one top-level nest's cache-fill and DRAM terms (per thread) to ``feats``.
+def fill_terms(nests: Sequence[tuple[Loop | Statement, int]], machine: Machine, feats: Counter) -> None:
+    """Add a kernel's cache-fill and DRAM terms (per thread) to ``feats``; ``nests`` are its
+    top-level nests in program order, each with the threads that run it.
 
-    Private cache levels are filled by each of the ``threads`` running the nest for its
-    share; the shared level and memory serve them all. Data that misses the last level
-    comes from DRAM, so the last level's fill volume is the DRAM traffic.
+    The nests run one after another, so a nest finds in each level what the nests before it
+    left there (Algorithm 2 over the sequence, :func:`tuna.cpu.cache.data_movement`): a layer
+    norm written as four passes over its rows, of 1.2 MB, fills the 32 MB L3 once, as a
+    single fused pass does, not four times. Each nest's share of a level's fills is its
+    fills alone scaled to the sequence's. Private levels are filled by each of a nest's
+    threads for its share; the shared level and memory serve them all. Data that misses the
+    last level comes from DRAM, so the last level's fill volume is the DRAM traffic.
     """
+    kernel = nests[0][0] if len(nests) == 1 else Loop("__kernel__", 1, LoopKind.SERIAL, tuple(n for n, _ in nests))
     volume = 0.0
     for level in machine.caches:
-        _, moved = data_movement(node, level.size_bytes, level.line_bytes, known_sets(level))
-        volume = sum(moved.values())
+        sets = known_sets(level)
+        alone = [sum(data_movement(node, level.size_bytes, level.line_bytes, sets)[1].values()) for node, _ in nests]
+        together = sum(data_movement(kernel, level.size_bytes, level.line_bytes, sets)[1].values())
+        scale = min(1.0, together / sum(alone)) if sum(alone) else 0.0
+        volume = scale * sum(alone)
         feats[f"L{level.level}_fill_bytes"] += volume
-        per_thread = volume if level.shared else volume / threads
-        feats[f"l{level.level}_fill_cycles"] += per_thread / level.bytes_per_cycle
+        for (_, threads), bytes_alone in zip(nests, alone):
+            per_thread = scale * bytes_alone / (1 if level.shared else threads)
+            feats[f"l{level.level}_fill_cycles"] += per_thread / level.bytes_per_cycle
     feats["dram_bytes"] += volume
     feats["dram_cycles"] += volume / (machine.memory_gbps * 1e9) * machine.frequency_ghz * 1e9
 
@@ -912,8 +923,10 @@ def _nest_terms(
     node: Loop | Statement, machine: Machine, feats: Counter, tvm: frozenset[str],
     allocations: Mapping[str, Allocation], in_registers: frozenset[str] = frozenset(),
     scalarized: frozenset[str] = frozenset(),
-) -> None:
-    """Add one top-level nest's terms of the linear model (and diagnostics) to ``feats``."""
+) -> tuple[Loop | Statement, int]:
+    """Add one top-level nest's terms of the linear model (and diagnostics) but the cache fills
+    to ``feats``; return the nest as the caches see it and the threads that run it (for
+    :func:`fill_terms`)."""
     stmts, counts = _nest_counts(node, machine, tvm, allocations, in_registers, scalarized)
     if counts["math"]:
         counts["call_block_ops"] = _call_block_ops(node, stmts, machine, tvm, allocations)
@@ -938,7 +951,7 @@ def _nest_terms(
     width, active, imbalance = _threads(node, machine)
     # The caches see the loads LICM hoists out of rolled loops once, before the loop.
     homes = {name: alloc.loop for name, alloc in allocations.items()}
-    fill_terms(cache_view(node, machine, tvm, homes), machine, active, feats)
+    view = cache_view(node, machine, tvm, homes)
     if machine.in_order:
         core = fp + loads + stores + counts["chain"] / 2
     else:
@@ -962,6 +975,7 @@ def _nest_terms(
     feats["call_block_ops"] += counts["call_block_ops"] * share
     feats["launches"] += width > 1
     feats["threads_used"] = max(feats["threads_used"], active)
+    return view, active
 
 
 def _wide_vector_buffers(kernel: KernelIR, machine: Machine) -> frozenset[str]:
@@ -987,8 +1001,9 @@ def features(kernel: KernelIR, machine: Machine) -> Counter:
     allocations = {a.name: a for a in kernel.allocations}
     in_registers = register_buffers(kernel, machine, tvm)
     scalarized = _wide_vector_buffers(kernel, machine)
-    for node in kernel.body:
-        _nest_terms(node, machine, feats, tvm, allocations, in_registers, scalarized)
+    views = [_nest_terms(node, machine, feats, tvm, allocations, in_registers, scalarized) for node in kernel.body]
+    if views:
+        fill_terms(views, machine, feats)
     feats["const"] = 1.0
     return feats
 
@@ -1004,8 +1019,8 @@ def memory_terms(kernel: KernelIR, machine: Machine) -> Counter:
     the full tier.
     """
     feats: Counter = Counter()
-    for node in kernel.body:
-        fill_terms(node, machine, _threads(node, machine)[1], feats)
+    if kernel.body:
+        fill_terms([(node, _threads(node, machine)[1]) for node in kernel.body], machine, feats)
     return feats
 
 

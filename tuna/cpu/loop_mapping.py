@@ -8,7 +8,10 @@ the extent of the TIR loop it corresponds to. Machine loops are matched in pre-o
 TIR loops that can survive code generation (not vectorized, not unrolled by TVM, extent > 1),
 preferring the next TIR loop whose extent equals the machine trip count (or a multiple of it,
 for loops LLVM partially unrolled), and allowing a TIR loop to match again (LLVM duplicates
-loops when it unrolls an outer one).
+loops when it unrolls an outer one). How many TIR iterations one iteration of a loop LLVM
+unrolled or vectorized does is read from the copies of the TIR's work in its body, or, where
+LLVM folded that work beyond recognition, from how far its pointers step against how far the
+TIR's addresses move per iteration (:func:`_stride_factor`).
 
 TVM outlines every parallel loop into a function of its own, run once per thread; those
 functions have no symbol (:data:`tuna.cpu.disassembly.ANONYMOUS`) and are matched to the
@@ -18,13 +21,14 @@ parallel loops in program order, with the parallel loop's trip count being one t
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import networkx as nx
 
-from ..ir import KernelIR, Loop, LoopKind, MachineCode, Node, walk
+from ..ir import Instruction, KernelIR, Loop, LoopKind, MachineCode, Node, walk
 from ..machine import Machine
 from .cfg import LoopInfo, loops
 from .codegen import folded_share, tvm_unrolled
@@ -32,6 +36,8 @@ from .disassembly import ANONYMOUS, RUNTIME_HELPERS
 from .isa import ARITHMETIC
 from .isa import lanes as instruction_lanes
 from .overlap_checks import never_taken
+from .simulator.registers import canonical, split_operands
+from .trip_counts import architectural_register, immediate, register_step
 
 #: Trip count assumed for a machine loop neither the code nor the TIR explains (assumption).
 UNKNOWN_TRIPS = 4
@@ -243,6 +249,88 @@ def _unroll_factor(expected: tuple[int, ...], found: tuple[int, ...], innermost:
     return 1
 
 
+def _address_scales(isa: str, ins: Instruction) -> dict[str, int]:
+    """The registers of ``ins``'s memory operand, each with the factor the address scales it by
+    (``[rcx + rdi*4]``: rcx 1, rdi 4; AArch64 ``[x1, x2, lsl #2]``: x1 1, x2 4)."""
+    out: dict[str, int] = {}
+    for op in split_operands(ins.operands):
+        if "[" not in op or "]" not in op:
+            continue
+        inside = op[op.index("[") + 1:op.index("]")]
+        if isa == "x86-64":
+            for term in re.split(r"[+-]", inside):
+                reg, _, scale = (t.strip() for t in term.partition("*"))
+                if _register(isa, reg):
+                    out[architectural_register(reg)] = int(scale) if scale.isdigit() else 1
+        else:
+            parts = [p.strip() for p in inside.split(",")]
+            if _register(isa, parts[0]):
+                out[architectural_register(parts[0])] = 1
+            if len(parts) > 1 and _register(isa, parts[1]):
+                shift = re.search(r"#(\d+)", parts[2]) if len(parts) > 2 else None
+                out[architectural_register(parts[1])] = 1 << int(shift.group(1)) if shift else 1
+    return out
+
+
+def _register(isa: str, text: str) -> bool:
+    """Whether ``text`` names a general-purpose register (not an immediate or a label)."""
+    name = canonical(isa, text, strict=True)
+    return name is not None and not name.startswith(("v", "k", "flags"))
+
+
+def _writeback(isa: str, ins: Instruction) -> tuple[str, int] | None:
+    """``(base register, bytes)`` of an AArch64 load or store that steps its base: post-index
+    ``[x1], #16`` or pre-index ``[x1, #16]!``."""
+    if isa == "x86-64":
+        return None
+    ops = split_operands(ins.operands)
+    for i, op in enumerate(ops):
+        if op.startswith("[") and op.endswith("]") and i + 1 < len(ops) and (k := immediate(ops[i + 1])) is not None:
+            return architectural_register(op[1:-1].strip()), k
+        if op.startswith("[") and op.endswith("]!"):
+            parts = [p.strip() for p in op[1:-2].split(",")]
+            if len(parts) == 2 and (k := immediate(parts[1])) is not None:
+                return architectural_register(parts[0]), k
+    return None
+
+
+def _pointer_steps(code: MachineCode, blocks: frozenset[int]) -> set[int]:
+    """Bytes each address register of ``blocks`` moves per pass through them: registers that
+    only constant additions write there and that an address uses, each step times its scale."""
+    steps: Counter = Counter()
+    scales: dict[str, set[int]] = {}
+    clobbered: set[str] = set()
+    for blk in code.blocks:
+        if blk.start not in blocks:
+            continue
+        for ins in blk.instructions:
+            stepped = [st for st in (register_step(code.isa, ins), _writeback(code.isa, ins)) if st]
+            for reg, k in stepped:
+                steps[reg] += k
+            clobbered |= {architectural_register(w) for w in ins.writes} - {reg for reg, _ in stepped}
+            if ins.klass in ("load", "store") or "[" in ins.operands:
+                for reg, scale in _address_scales(code.isa, ins).items():
+                    scales.setdefault(reg, set()).add(scale)
+    return {abs(k * scale) for reg, k in steps.items() if k and reg not in clobbered for scale in scales.get(reg, ())}
+
+
+def _tir_strides(loop: Loop) -> set[int]:
+    """Bytes the address of each access under ``loop`` moves per iteration of it (those that move)."""
+    return {abs(b) for stmt, _ in walk(loop.body) for acc in stmt.accesses if (b := acc.byte_stride(loop.var))}
+
+
+def _stride_factor(steps: set[int], strides: set[int], factors: tuple[int, ...]) -> int:
+    """TIR iterations one machine iteration does, read from pointer steps: the one factor that
+    every pointer whose step is a factor (or 1) times some TIR stride agrees on; 1 when no
+    pointer shows one or they disagree."""
+    agreed: set[int] | None = None
+    for step in steps:
+        fits = {step // s for s in strides if step % s == 0 and (step == s or step // s in factors)}
+        if fits:
+            agreed = fits if agreed is None else agreed & fits
+    return next(iter(agreed)) if agreed is not None and len(agreed) == 1 else 1
+
+
 def _map_function(
     code: MachineCode, scope: list[Loop], parallel: Loop | None, threads: int, lanes: Callable[[int], int]
 ) -> FunctionMap:
@@ -253,7 +341,8 @@ def _map_function(
     second machine loop on the same TIR loop is the remainder. The factor is the multiple of
     one TIR iteration's work found in the loop's own blocks (:func:`_unroll_factor`; spill
     stores around calls, or a reduction's store sunk out of an inner loop, alone do not make
-    a loop unrolled).
+    a loop unrolled), or, in a parallel chunk loop with no machine loop inside where that
+    shows none, the factor its pointer steps agree on (:func:`_stride_factor`).
     """
     infos = loops(code)
     by_header = {lp.header: lp for lp in infos}
@@ -281,7 +370,18 @@ def _map_function(
         own = lp.blocks - frozenset().union(*(c.blocks for c in kids))
         # With no machine loop inside, LLVM unrolled the TIR loop's rolled inner loops fully.
         rolled = rolled_vars if kids else rolled_vars - _subtree_vars(tir)
-        return _unroll_factor(_tir_signature(tir, rolled, lanes), _code_signature(code, own), innermost=not kids)
+        factor = _unroll_factor(_tir_signature(tir, rolled, lanes), _code_signature(code, own), innermost=not kids)
+        if factor == 1 and not kids and tir is parallel:
+            # Where LLVM folded, hoisted or merged the arithmetic (a variance loop's mean
+            # subtracted once for both factors of a square, its division by the row length
+            # moved out of the loop), the instruction counts show no copies; the pointers
+            # still step over all of them. Only for a parallel chunk, whose run-time trip
+            # count the code cannot show: an inner loop's copies and duplicates are matched
+            # less surely, and a factor read against the wrong TIR loop leaves the loops
+            # matched to it after it none of its iterations.
+            factors = tuple(u for u in _UNROLL_FACTORS + _VECTOR_FACTORS if u <= math.ceil(tir.extent / threads))
+            factor = _stride_factor(_pointer_steps(code, own), _tir_strides(tir), factors)
+        return factor
 
     def assign(kids: list[LoopInfo], candidates: list[Loop]) -> None:
         cursor, unrolled = 0, None

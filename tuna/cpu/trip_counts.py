@@ -68,7 +68,7 @@ def _split(operands: str) -> list[str]:
     return ops
 
 
-def _step(isa: str, ins: Instruction) -> tuple[str, int] | None:
+def register_step(isa: str, ins: Instruction) -> tuple[str, int] | None:
     """``(register, constant increment)`` when ``ins`` adds a constant to a register."""
     ops, mnem = operand_list(ins), ins.mnemonic
     if isa == "x86-64":
@@ -193,7 +193,7 @@ class LoopFlow:
 
     def _exit_value(self, reg: str, at: int, ins: Instruction, into: int) -> int | None:
         """The value a counted loop's step ``ins`` in block ``at`` leaves in ``reg`` on the way to ``into``."""
-        if (st := _step(self.isa, ins)) is None or st[0] != reg:
+        if (st := register_step(self.isa, ins)) is None or st[0] != reg:
             return None
         left = [h for h, body in self.bodies.items() if at in body and into not in body]
         if not left:
@@ -222,7 +222,7 @@ def _induction(flow: LoopFlow, header: int) -> Induction | None:
 
     def step_of(ins: Instruction) -> tuple[str, int] | None:
         """A constant step, also by a register the loop does not write (``adds x2, x2, x26``)."""
-        if (st := _step(isa, ins)) is not None:
+        if (st := register_step(isa, ins)) is not None:
             return st
         ops, mnem = operand_list(ins), ins.mnemonic
         if isa == "x86-64":
@@ -430,7 +430,7 @@ def _flag_trips(flow: LoopFlow, header: int, preheader: int) -> int | None:
         const = _constant(isa, ins)
         if const is None and mnem in ("mov", "movzx", "movsx") and len(ops) == 2 and "[" not in ops[1]:
             const = value(ops[1])
-        if (st := _step(isa, ins)) is not None:
+        if (st := register_step(isa, ins)) is not None:
             base = value(st[0])
             const = None if base is None else base + st[1]
         for w in ins.writes:
