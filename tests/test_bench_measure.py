@@ -73,7 +73,7 @@ def test_bench_launch_measures_a_parallel_region(capsys, host):
 
 
 class NumpyOps:
-    """A reference for the operations the BERT, Llama and ConvNeXt networks use (float64 numpy)."""
+    """A reference for the operations the BERT, Llama, GPT-2, Whisper and ConvNeXt networks use (float64 numpy)."""
 
     def conv(self, x, w, b, stride, padding, groups=1):
         x = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
@@ -84,6 +84,12 @@ class NumpyOps:
         wg = w.reshape(groups, cout // groups, cin_g, k, k)
         y = np.einsum("bgchwij,gocij->bgohw", win, wg).reshape(1, cout, *win.shape[3:5])
         return y + b.reshape(1, -1, 1, 1)
+
+    def conv1d(self, x, w, b, stride, padding):
+        x = np.pad(x, ((0, 0), (0, 0), (padding, padding)))
+        k = w.shape[2]
+        win = np.lib.stride_tricks.sliding_window_view(x, k, axis=2)[:, :, ::stride]  # (1, C, L, k)
+        return np.einsum("bclk,ock->bol", win, w) + b.reshape(1, -1, 1)
 
     def global_avg_pool(self, x):
         return x.mean((2, 3), keepdims=True)
@@ -141,7 +147,7 @@ class NumpyOps:
 
 @pytest.mark.parametrize(("name", "out_shape"),
                          [("bert", (1, 128, 768)), ("llama", (1, 96, 960)), ("convnext", (1, 1000)),
-                          ("gpt2", (1, 256, 768))])
+                          ("gpt2", (1, 256, 768)), ("whisper", (1, 500, 384))])
 def test_network_built_with_relax_computes_what_numpy_does(name, out_shape):
     import tvm
     from tvm import relax

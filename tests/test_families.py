@@ -92,6 +92,9 @@ def test_every_task_of_the_networks_has_a_family():
     assert families["gpt2/fused_matmul1_multiply_add1"] == "batch_matmul"
     assert families["gpt2/fused_matmul3_add3_gelu"] == "dense"
     assert families["gpt2/layer_norm"] == "layernorm"
+    # Whisper's stem: two 1-D convolutions with GELU
+    assert families["whisper/fused_conv1d_add_gelu"] == "conv1d"
+    assert families["whisper/fused_conv1d1_add1_gelu1"] == "conv1d"
     assert families["resnet50/max_pool2d"] == "pool"
 
 

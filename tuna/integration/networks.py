@@ -1,6 +1,7 @@
 """Whole networks for ``tuna bench network``: ResNet-18, ResNet-50, MobileNetV2, one
 encoder layer of BERT-base and of BERT-large, a one-layer ViT, one Llama-style decoder
-layer and ConvNeXt-T's first stage, batch 1.
+layer, one GPT-2 decoder layer, Whisper-tiny's audio encoder cut to one layer and ConvNeXt-T's
+first stage, batch 1.
 
 Each network is written once, against a small set of tensor operations (:class:`RelaxOps`
 builds a TVM Relax module; :class:`TorchOps` runs PyTorch eagerly with the same weights),
@@ -48,6 +49,10 @@ class RelaxOps:
     def conv(self, x, w: np.ndarray, b: np.ndarray, stride: int, padding: int, groups: int = 1):
         y = self._emit(relax.op.nn.conv2d(x, relax.const(w), strides=stride, padding=padding, groups=groups))
         return self._emit(relax.op.add(y, relax.const(b.reshape(1, -1, 1, 1))))
+
+    def conv1d(self, x, w: np.ndarray, b: np.ndarray, stride: int, padding: int):
+        y = self._emit(relax.op.nn.conv1d(x, relax.const(w), strides=stride, padding=padding))
+        return self._emit(relax.op.add(y, relax.const(b.reshape(1, -1, 1))))
 
     def relu(self, x):
         return self._emit(relax.op.nn.relu(x))
@@ -126,6 +131,9 @@ class TorchOps:
 
     def conv(self, x, w, b, stride, padding, groups=1):
         return self.f.conv2d(x, self._t(w), self._t(b), stride=stride, padding=padding, groups=groups)
+
+    def conv1d(self, x, w, b, stride, padding):
+        return self.f.conv1d(x, self._t(w), self._t(b), stride=stride, padding=padding)
 
     def relu(self, x):
         return self.f.relu(x)
@@ -360,6 +368,27 @@ def _gpt2_layer(ops: Any, x: Any, weights: _Weights, seq: int = 256, hidden: int
     return ops.layer_norm(y, ones, zeros)
 
 
+def _whisper_encoder(ops: Any, x: Any, weights: _Weights, frames: int = 1000, mels: int = 80, hidden: int = 384,
+                     heads: int = 6, ffn: int = 1536) -> Any:
+    """Whisper-tiny's audio encoder (Radford et al., 2022) cut to its convolutional stem and one
+    pre-norm layer, over 10 s of audio (``frames`` 1,000 frames of 80 mel bins): two width-3 1-D
+    convolutions with GELU (the second of stride 2, to 500 tokens), one encoder layer (hidden
+    384, 6 heads of 64, a GELU feed-forward block of 1536) and the encoder's final layer norm.
+
+    The sinusoidal position embeddings are left out (an add to the stem's output). The 500
+    tokens and 384 channels give every task a shape no other network here has, and the stem two
+    1-D convolutions.
+    """
+    seq = (frames - 1) // 2 + 1  # the stride-2 convolution's output length (width 3, padding 1)
+    y = ops.gelu(ops.conv1d(x, weights(hidden, mels, 3, fan_in=3 * mels), weights(hidden), 1, 1))
+    y = ops.gelu(ops.conv1d(y, weights(hidden, hidden, 3, fan_in=3 * hidden), weights(hidden), 2, 1))
+    y = ops.transpose(y, (0, 2, 1))  # (1, seq, hidden)
+    ones, zeros = np.ones(hidden, "float32"), np.zeros(hidden, "float32")
+    y = ops.add(y, _self_attention(ops, weights, ops.layer_norm(y, ones, zeros), seq, hidden, heads))
+    y = ops.add(y, _feed_forward(ops, weights, ops.layer_norm(y, ones, zeros), hidden, ffn))
+    return ops.layer_norm(y, ones, zeros)
+
+
 def _convnext_stage1(ops: Any, x: Any, weights: _Weights, dim: int = 96, blocks: int = 3,
                      classes: int = 1000) -> Any:
     """ConvNeXt-T (Liu et al., 2022) cut to its stem and first stage: a 4x4 stride-4 patch
@@ -429,6 +458,9 @@ NETWORKS: dict[str, Network] = {
                 "batch 1, 96 tokens, random weights", (1, 96, 960), _llama_layer),
         Network("gpt2", "GPT-2 small decoder layer: pre-norm, causal attention, GELU feed-forward, final layer "
                 "norm; batch 1, 256 tokens, random weights", (1, 256, 768), _gpt2_layer),
+        Network("whisper", "Whisper-tiny audio encoder cut to its 1-D convolution stem and one pre-norm layer; "
+                "batch 1, 80 mel bins x 1,000 frames (10 s, 500 tokens), random weights", (1, 80, 1000),
+                _whisper_encoder),
         Network("convnext", "ConvNeXt-T cut to its stem and first stage (three blocks at 96 channels, 56x56) "
                 "and the classifier; batch 1, 3x224x224, random weights", (1, 3, 224, 224), _convnext_stage1),
     )
