@@ -192,6 +192,13 @@ def test_aarch64_loads_and_stores():
     assert [u.klass for u in post.uops] == ["vload", "wb"] and post.uops[0].writes == ("v0",)
     pre = decode(_ins("ldr x0, [x1, #8]!", ("x1",), ("x0", "x1")), "aarch64")
     assert [u.klass for u in pre.uops] == ["load", "wb"]
+    # The base's constant step, apart from the induction steps (the access does more than add)
+    assert (post.writeback, pre.writeback, dup.writeback) == (("x1", 16), ("x1", 8), ("x16", 4))
+    assert post.step is None and decode(_ins("ldr q0, [x1, #16]", ("x1",), ("q0",)), "aarch64").writeback is None
+    assert decode(_ins("ldr q0, [x1], x2", ("x1", "x2"), ("q0", "x1")), "aarch64").writeback is None
+    # An index register's shift or extension scales it in the address
+    scaled = decode(_ins("ldr s1, [x2, w3, sxtw #2]", ("x2", "w3"), ("s1",)), "aarch64").uops[0].mem
+    assert scaled[3:] == (("x2", "x3"), (1, 4))
     st = decode(_ins("stp q7, q0, [sp, #0xc0]", ("q7", "q0", "sp")), "aarch64")
     assert [(u.klass, u.reads) for u in st.uops] == [("store_addr", ("sp",)), ("vstore_data", ("v7",)),
                                                     ("vstore_data", ("v0",))]

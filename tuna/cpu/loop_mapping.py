@@ -21,7 +21,6 @@ parallel loops in program order, with the parallel loop's trip count being one t
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,8 +35,11 @@ from .disassembly import ANONYMOUS, RUNTIME_HELPERS
 from .isa import ARITHMETIC
 from .isa import lanes as instruction_lanes
 from .overlap_checks import never_taken
+from .simulator import decode
+from .simulator.decode_aarch64 import a64_address
+from .simulator.decode_x86 import x86_address
 from .simulator.registers import canonical, split_operands
-from .trip_counts import architectural_register, immediate, register_step
+from .trip_counts import architectural_register, register_step
 
 #: Trip count assumed for a machine loop neither the code nor the TIR explains (assumption).
 UNKNOWN_TRIPS = 4
@@ -250,48 +252,19 @@ def _unroll_factor(expected: tuple[int, ...], found: tuple[int, ...], innermost:
 
 
 def _address_scales(isa: str, ins: Instruction) -> dict[str, int]:
-    """The registers of ``ins``'s memory operand, each with the factor the address scales it by
-    (``[rcx + rdi*4]``: rcx 1, rdi 4; AArch64 ``[x1, x2, lsl #2]``: x1 1, x2 4)."""
+    """The general-purpose registers of ``ins``'s memory operand, each with the factor the
+    address scales it by (``[rcx + rdi*4]``: rcx 1, rdi 4; AArch64 ``[x1, x2, lsl #2]``: x1 1,
+    x2 4), read by the simulator's address parsers. A ``lea``'s operand counts: the address
+    it computes is used."""
+    parse = x86_address if isa == "x86-64" else a64_address
     out: dict[str, int] = {}
-    for op in split_operands(ins.operands):
-        if "[" not in op or "]" not in op:
-            continue
-        inside = op[op.index("[") + 1:op.index("]")]
-        if isa == "x86-64":
-            for term in re.split(r"[+-]", inside):
-                reg, _, scale = (t.strip() for t in term.partition("*"))
-                if _register(isa, reg):
-                    out[architectural_register(reg)] = int(scale) if scale.isdigit() else 1
-        else:
-            parts = [p.strip() for p in inside.split(",")]
-            if _register(isa, parts[0]):
-                out[architectural_register(parts[0])] = 1
-            if len(parts) > 1 and _register(isa, parts[1]):
-                shift = re.search(r"#(\d+)", parts[2]) if len(parts) > 2 else None
-                out[architectural_register(parts[1])] = 1 << int(shift.group(1)) if shift else 1
+    for op in split_operands(ins.operands.lower()):
+        if "[" in op and "]" in op:
+            _, _, regs, scales = parse(op[op.index("[") + 1:op.index("]")])
+            for reg, scale in zip(regs, scales):
+                if canonical(isa, reg, strict=True) and not reg.startswith(("v", "k")):  # not a vector index
+                    out[reg] = scale
     return out
-
-
-def _register(isa: str, text: str) -> bool:
-    """Whether ``text`` names a general-purpose register (not an immediate or a label)."""
-    name = canonical(isa, text, strict=True)
-    return name is not None and not name.startswith(("v", "k", "flags"))
-
-
-def _writeback(isa: str, ins: Instruction) -> tuple[str, int] | None:
-    """``(base register, bytes)`` of an AArch64 load or store that steps its base: post-index
-    ``[x1], #16`` or pre-index ``[x1, #16]!``."""
-    if isa == "x86-64":
-        return None
-    ops = split_operands(ins.operands)
-    for i, op in enumerate(ops):
-        if op.startswith("[") and op.endswith("]") and i + 1 < len(ops) and (k := immediate(ops[i + 1])) is not None:
-            return architectural_register(op[1:-1].strip()), k
-        if op.startswith("[") and op.endswith("]!"):
-            parts = [p.strip() for p in op[1:-2].split(",")]
-            if len(parts) == 2 and (k := immediate(parts[1])) is not None:
-                return architectural_register(parts[0]), k
-    return None
 
 
 def _pointer_steps(code: MachineCode, blocks: frozenset[int]) -> set[int]:
@@ -304,7 +277,7 @@ def _pointer_steps(code: MachineCode, blocks: frozenset[int]) -> set[int]:
         if blk.start not in blocks:
             continue
         for ins in blk.instructions:
-            stepped = [st for st in (register_step(code.isa, ins), _writeback(code.isa, ins)) if st]
+            stepped = [st for st in (register_step(code.isa, ins), decode(ins, code.isa).writeback) if st]
             for reg, k in stepped:
                 steps[reg] += k
             clobbered |= {architectural_register(w) for w in ins.writes} - {reg for reg, _ in stepped}

@@ -82,28 +82,38 @@ def decode_aarch64(ins: Instruction) -> Decoded:
     return Decoded((uop(klass, 64, reads, writes),))
 
 
-def _decode_a64_memory(mnem: str, ops: list[str], mem_i: int, reads: list[str], writes: list[str]) -> Decoded:
-    mem_op = ops[mem_i]
-    inner = mem_op[1 : mem_op.index("]")]
+def a64_address(inner: str) -> tuple[str, int, tuple[str, ...], tuple[int, ...]]:
+    """``(key, offset, registers, scales)`` of the text between brackets, e.g. ``x1, x2, lsl #2``
+    (the index register scaled by 4) or ``x5, #0x20``."""
     parts = [p.strip() for p in inner.split(",")]
     base = canonical("aarch64", parts[0], True) or parts[0]
-    offset, index_regs = 0, []
-    for p in parts[1:]:
+    offset, regs, scales = 0, [base], [1]
+    for i, p in enumerate(parts[1:], 1):
         value = parse_int(p)
         if value is not None:
             offset += value
-        else:
-            r = canonical("aarch64", p.split()[0], True)
-            if r:
-                index_regs.append(r)
-    addr = (base, *index_regs)
+            continue
+        r = canonical("aarch64", p.split()[0], True)
+        if r:  # an index register; a shift or extension after it scales it (``lsl #2``, ``sxtw #3``)
+            amount = re.search(r"#(\d+)", parts[i + 1]) if i + 1 < len(parts) else None
+            regs.append(r)
+            scales.append(1 << int(amount.group(1)) if amount else 1)
     key = ",".join(p for p in parts if parse_int(p) is None)
+    return key, offset, tuple(regs), tuple(scales)
+
+
+def _decode_a64_memory(mnem: str, ops: list[str], mem_i: int, reads: list[str], writes: list[str]) -> Decoded:
+    mem_op = ops[mem_i]
+    key, offset, addr, scales = a64_address(mem_op[1 : mem_op.index("]")])
+    base = addr[0]
     post = [op for op in ops[mem_i + 1 :]]
     writeback = mem_op.endswith("!") or bool(post)
     post_regs = [r for r in (canonical("aarch64", op, True) for op in post) if r]
     data_ops = ops[:mem_i]
     data_regs = [r for op in data_ops for r in _a64_list(op)]
     wb = (uop("wb", 64, [base, *post_regs], [base]),) if writeback else ()
+    moved = offset if mem_op.endswith("!") else (parse_int(post[0]) if len(post) == 1 else None)
+    stepped = (base, moved) if writeback and moved is not None else None
     if mnem.startswith(("prfm", "prfum")):
         return Decoded((uop("prefetch", 64, addr, ()),))
     if mnem.startswith("ld"):
@@ -124,21 +134,21 @@ def _decode_a64_memory(mnem: str, ops: list[str], mem_i: int, reads: list[str], 
         broadcast = re.match(r"ld\dr$", mnem) is not None
         if mnem.startswith(("ldp", "ldnp", "ldpsw")):
             klass = "vload_pair" if vec else "load_pair"
-            uops.append(uop(klass, width, addr, dests, (key, offset, 2 * size, addr)))
+            uops.append(uop(klass, width, addr, dests, (key, offset, 2 * size, addr, scales)))
         elif mnem[:3] in ("ld1", "ld2", "ld3", "ld4") and vec:
             klass = "vload_dup" if broadcast else ("vload_lane" if lane else ("vload" if mnem[:3] == "ld1"
                                                                                else "vload_struct"))
             reg_reads = dests if lane else []
             for k, d in enumerate(dests):
                 uops.append(uop(klass, width, [*addr, *([d] if reg_reads else [])], [d],
-                                 (key, offset + k * size, size, addr)))
+                                 (key, offset + k * size, size, addr, scales)))
         else:
             klass = "vload" if vec else "load"
-            uops.append(uop(klass, width, addr, dests, (key, offset, size, addr)))
+            uops.append(uop(klass, width, addr, dests, (key, offset, size, addr, scales)))
         if extra:
             last = uops[-1]
             uops[-1] = uop(last.klass, last.width, last.reads, [*last.writes, *extra], last.mem)
-        return Decoded((*uops, *wb), broadcast=broadcast)
+        return Decoded((*uops, *wb), broadcast=broadcast, writeback=stepped)
     # stores
     srcs = [r for r in data_regs if canonical("aarch64", r.split(".")[0], True) is not None or r in ("xzr", "wzr")]
     status = [w for w in writes if w != base]
@@ -153,8 +163,8 @@ def _decode_a64_memory(mnem: str, ops: list[str], mem_i: int, reads: list[str], 
         vec = _a64_is_vec(r)
         uops.append(
             uop("vstore_data" if vec else "store_data", max(64, 8 * size0), [reg] if reg else [], (),
-                 (key, offset + k * size0, size0, addr))
+                 (key, offset + k * size0, size0, addr, scales))
         )
-    return Decoded((*uops, *wb))
+    return Decoded((*uops, *wb), writeback=stepped)
 
 

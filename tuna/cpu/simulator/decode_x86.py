@@ -56,7 +56,7 @@ def _x86_class(mnem: str, vector: bool, ops: list[str]) -> str:
     return scalar_class("x86-64", mnem)
 
 
-def _x86_address(inner: str) -> tuple[str, int, tuple[str, ...], tuple[int, ...]]:
+def x86_address(inner: str) -> tuple[str, int, tuple[str, ...], tuple[int, ...]]:
     """``(key, displacement, registers, scales)`` of the text between brackets, e.g. ``rax + rcx*4 - 0x40``."""
     text = inner.replace(" ", "")
     terms = re.findall(r"[+-]?[^+-]+", text)
@@ -90,7 +90,7 @@ def _x86_step(mnem: str, ops: list[str]) -> tuple[str, int] | None:
         if value is not None and mnem == "sub":
             value = -value
     elif mnem == "lea" and len(ops) == 2 and ops[1].endswith("]"):
-        _, value, regs, scales = _x86_address(ops[1][ops[1].index("[") + 1 : -1])
+        _, value, regs, scales = x86_address(ops[1][ops[1].index("[") + 1 : -1])
         target = canonical("x86-64", ops[0], True)
         if regs != (target,) or scales != (1,):
             return None
@@ -130,7 +130,7 @@ def decode_x86(ins: Instruction) -> Decoded:
     # An instruction with a memory operand.
     mem_op = ops[mem_i]
     inner = mem_op[mem_op.index("[") + 1 : mem_op.index("]")]
-    key, disp, addr, scales = _x86_address(inner)
+    key, disp, addr, scales = x86_address(inner)
     ptr = next((b for p, b in X86_PTR_BYTES.items() if mem_op.startswith(p)), 8)
     mem_width = max(64, 8 * ptr)
     outside = set(registers_in("x86-64", " ".join(op for i, op in enumerate(ops) if i != mem_i)))

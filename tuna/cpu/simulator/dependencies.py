@@ -190,11 +190,10 @@ def _memory_dependencies(mems: list[tuple[int, bool, tuple, int]], decoded: Sequ
     accesses = []
     for i, st, m, j in mems:
         changed = set(m[3]) & writers.keys()
-        if changed and not (len(m) > 4 and changed <= stride.keys()):
+        if changed and not changed <= stride.keys():
             continue
-        scales = m[4] if len(m) > 4 else (1,) * len(m[3])
-        shift = sum(sc * before[j].get(r, 0) for r, sc in zip(m[3], scales))
-        step = sum(sc * stride.get(r, 0) for r, sc in zip(m[3], scales))
+        shift = sum(sc * before[j].get(r, 0) for r, sc in zip(m[3], m[4]))
+        step = sum(sc * stride.get(r, 0) for r, sc in zip(m[3], m[4]))
         accesses.append((i, st, m[0], m[1] + shift, m[2], step))
     grouped: dict[str, list[tuple[int, str, int, int, int]]] = {}
     for i, st, key, off, size, step in accesses:

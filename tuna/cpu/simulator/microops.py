@@ -30,10 +30,10 @@ class MicroOp:
     kind : str
         Counting category, one of :data:`tuna.cpu.isa.KINDS`.
     mem : tuple or None
-        For loads and store data, ``(address_key, offset, size_bytes, address_registers)``,
-        where the decoder knows them followed by the registers' scales: accesses with the
-        same key and overlapping ranges touch the same memory when the block does not
-        change their address registers, or only steps them (:attr:`Decoded.step`).
+        For loads and store data, ``(address_key, offset, size_bytes, address_registers,
+        scales)``, a scale for each address register: accesses with the same key and
+        overlapping ranges touch the same memory when the block does not change their
+        address registers, or only steps them (:attr:`Decoded.step`).
     """
 
     klass: str
@@ -64,6 +64,10 @@ class Decoded:
     step : tuple of (str, int) or None
         ``(register, constant)`` for an instruction that only adds a constant to a register
         (a loop's induction update), where the decoder recognises one.
+    writeback : tuple of (str, int) or None
+        ``(base register, constant)`` for an AArch64 load or store that also steps its base
+        by a constant (post-index ``[x1], #16``, pre-index ``[x1, #16]!``). Not a
+        :attr:`step`: the instruction does more than add.
     """
 
     uops: tuple[MicroOp, ...]
@@ -72,6 +76,7 @@ class Decoded:
     fusible: bool = False  # an x86 ALU op that a following Jcc may fuse with
     unlaminated: bool = False  # an x86 load-op with an indexed address and three operands
     step: tuple[str, int] | None = None
+    writeback: tuple[str, int] | None = None
 
 
 def uop(klass: str, width: int, reads: Iterable[str], writes: Iterable[str], mem=None) -> MicroOp:
