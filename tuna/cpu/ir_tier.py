@@ -781,14 +781,16 @@ def fill_terms(nests: Sequence[tuple[Loop | Statement, int]], machine: Machine, 
     threads for its share; the shared level and memory serve them all. Data that misses the
     last level comes from DRAM, so the last level's fill volume is the DRAM traffic.
     """
-    kernel = nests[0][0] if len(nests) == 1 else Loop("__kernel__", 1, LoopKind.SERIAL, tuple(n for n, _ in nests))
+    kernel = Loop("__kernel__", 1, LoopKind.SERIAL, tuple(n for n, _ in nests)) if len(nests) > 1 else None
     volume = 0.0
     for level in machine.caches:
         sets = known_sets(level)
         alone = [sum(data_movement(node, level.size_bytes, level.line_bytes, sets)[1].values()) for node, _ in nests]
-        together = sum(data_movement(kernel, level.size_bytes, level.line_bytes, sets)[1].values())
-        scale = min(1.0, together / sum(alone)) if sum(alone) else 0.0
-        volume = scale * sum(alone)
+        total = sum(alone)
+        together = total if kernel is None else sum(data_movement(kernel, level.size_bytes, level.line_bytes,
+                                                                  sets)[1].values())
+        scale = min(1.0, together / total) if total else 0.0
+        volume = scale * total
         feats[f"L{level.level}_fill_bytes"] += volume
         for (_, threads), bytes_alone in zip(nests, alone):
             per_thread = scale * bytes_alone / (1 if level.shared else threads)
