@@ -73,7 +73,8 @@ def test_bench_launch_measures_a_parallel_region(capsys, host):
 
 
 class NumpyOps:
-    """A reference for the operations the BERT, Llama, GPT-2, Whisper and ConvNeXt networks use (float64 numpy)."""
+    """A reference for the operations of the BERT, Llama, GPT-2, Whisper, ConvNeXt and EfficientNet networks (float64
+    numpy)."""
 
     def conv(self, x, w, b, stride, padding, groups=1):
         x = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
@@ -144,10 +145,14 @@ class NumpyOps:
     def silu(self, x):
         return x / (1 + np.exp(-x))
 
+    def sigmoid(self, x):
+        return 1 / (1 + np.exp(-x))
+
 
 @pytest.mark.parametrize(("name", "out_shape"),
                          [("bert", (1, 128, 768)), ("llama", (1, 96, 960)), ("convnext", (1, 1000)),
-                          ("gpt2", (1, 256, 768)), ("whisper", (1, 500, 384))])
+                          ("gpt2", (1, 256, 768)), ("whisper", (1, 500, 384)),
+                          ("efficientnet", (1, 24, 56, 56))])
 def test_network_built_with_relax_computes_what_numpy_does(name, out_shape):
     import tvm
     from tvm import relax

@@ -96,6 +96,11 @@ def test_every_task_of_the_networks_has_a_family():
     assert families["whisper/fused_conv1d_add_gelu"] == "conv1d"
     assert families["whisper/fused_conv1d1_add1_gelu1"] == "conv1d"
     assert families["resnet50/max_pool2d"] == "pool"
+    # EfficientNet: squeeze-and-excitation's channel means, and its 1x1 convolution whose sigmoid
+    # scales the block's whole feature map
+    assert families["efficientnet/adaptive_avg_pool2d"] == "pool"
+    assert families["efficientnet/fused_conv2d3_add2_tir_sigmoid_multiply"] == "conv2d"
+    assert families["efficientnet/fused_conv2d6_add5_silu3"] == "depthwise"
 
 
 def test_pools_carry_their_family_and_machine():

@@ -113,6 +113,9 @@ class RelaxOps:
     def silu(self, x):
         return self._emit(relax.op.nn.silu(x))
 
+    def sigmoid(self, x):
+        return self._emit(relax.op.sigmoid(x))
+
     def multiply_constant(self, x, c: np.ndarray):
         return self._emit(relax.op.multiply(x, relax.const(c)))
 
@@ -191,6 +194,9 @@ class TorchOps:
 
     def silu(self, x):
         return self.f.silu(x)
+
+    def sigmoid(self, x):
+        return self.torch.sigmoid(x)
 
     def multiply_constant(self, x, c):
         return x * self._t(c)
@@ -420,6 +426,33 @@ def _convnext_stage1(ops: Any, x: Any, weights: _Weights, dim: int = 96, blocks:
     return _dense(ops, weights, y, dim, classes)
 
 
+def _efficientnet_b0_stem(ops: Any, x: Any, weights: _Weights) -> Any:
+    """EfficientNet-B0 (Tan and Le, 2019) cut to its stem and first two stages, batch norm folded:
+    a 3x3 stride-2 convolution to 32 channels with SiLU, one MBConv1 block (3x3 depthwise, SiLU,
+    squeeze-and-excitation, 1x1 projection to 16) and the first MBConv6 block of stage two (1x1
+    expansion to 96, 3x3 stride-2 depthwise, squeeze-and-excitation, 1x1 projection to 24).
+
+    Squeeze-and-excitation (Hu et al., 2018) pools each channel over the image, passes the means
+    through two 1x1 convolutions (to a quarter of the block's input channels, SiLU, then back,
+    sigmoid) and scales the channels by the result. Output (1, 24, 56, 56).
+    """
+
+    def conv(x, cin, cout, k, stride, groups=1):
+        w = weights(cout, cin // groups, k, k, fan_in=cin // groups * k * k)
+        return ops.conv(x, w, weights(cout), stride, k // 2, groups)
+
+    def squeeze_excite(x, channels, squeezed):
+        s = ops.silu(conv(ops.global_avg_pool(x), channels, squeezed, 1, 1))
+        return ops.multiply(x, ops.sigmoid(conv(s, squeezed, channels, 1, 1)))
+
+    y = ops.silu(conv(x, 3, 32, 3, 2))
+    y = squeeze_excite(ops.silu(conv(y, 32, 32, 3, 1, groups=32)), 32, 8)
+    y = conv(y, 32, 16, 1, 1)
+    y = ops.silu(conv(y, 16, 96, 1, 1))
+    y = squeeze_excite(ops.silu(conv(y, 96, 96, 3, 2, groups=96)), 96, 4)
+    return conv(y, 96, 24, 1, 1)
+
+
 @dataclass(frozen=True)
 class Network:
     """A network tuna can build: its input and how to write it against the operations.
@@ -463,6 +496,9 @@ NETWORKS: dict[str, Network] = {
                 _whisper_encoder),
         Network("convnext", "ConvNeXt-T cut to its stem and first stage (three blocks at 96 channels, 56x56) "
                 "and the classifier; batch 1, 3x224x224, random weights", (1, 3, 224, 224), _convnext_stage1),
+        Network("efficientnet", "EfficientNet-B0 cut to its stem and first two stages (an MBConv1 block and the "
+                "first MBConv6 block, each with squeeze-and-excitation); batch 1, 3x224x224, random weights",
+                (1, 3, 224, 224), _efficientnet_b0_stem),
     )
 }
 
