@@ -1,5 +1,6 @@
 """Worker processes and Dask: same scores as in-process, and faults cost only their candidates."""
 
+import gc
 import json
 import os
 import signal
@@ -64,6 +65,27 @@ def test_process_pool_scores_as_this_process_does():
     with workers.ProcessPool(setup_offset, score_plain, 0.5, workers=2) as pool:
         assert pool(PAYLOADS) == serial(PAYLOADS)
         assert pool([]) == []
+
+
+def _collector_seen(_state, _payload):
+    if gc.isenabled():
+        raise AssertionError("the collector runs during a candidate's analysis")
+    return 1.0
+
+
+def test_the_collector_is_paused_while_a_candidate_is_scored_and_only_then():
+    assert gc.isenabled()
+    assert workers.SerialEvaluator(setup_offset, _collector_seen, 0.0)([1, 2]) == [1.0, 1.0]
+    with workers.ProcessPool(setup_offset, _collector_seen, 0.0, workers=1) as pool:
+        assert pool([1, 2]) == [1.0, 1.0]
+    assert gc.isenabled()
+    gc.disable()  # a caller that turned it off keeps it off
+    try:
+        with workers.collector_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
 
 
 def test_a_crash_a_hang_or_an_error_costs_only_its_candidate():

@@ -21,6 +21,7 @@ from tvm.s_tir.meta_schedule.runner import RunnerResult
 from ...errors import AnalysisError, TunaError
 from ...estimate import WORST_SCORE
 from ...machine import Machine
+from ...search.workers import collector_paused
 from ..analysis import apply_trace, estimate_trace
 from ..intrinsics import new_tune_context
 from ..workloads import parse_tvmscript
@@ -192,7 +193,8 @@ def pool_features(
     start = time.perf_counter()
     for i, trace in enumerate(pool.traces):
         try:
-            out.append(dict(estimate_trace(mod, trace, machine, tier).features))
+            with collector_paused():  # as the search's evaluators analyse a candidate
+                out.append(dict(estimate_trace(mod, trace, machine, tier).features))
         except TunaError as err:
             failed += 1
             first_error = first_error or err
