@@ -73,8 +73,8 @@ def test_bench_launch_measures_a_parallel_region(capsys, host):
 
 
 class NumpyOps:
-    """A reference for the operations of the BERT, Llama, GPT-2, Whisper, ConvNeXt and EfficientNet networks (float64
-    numpy)."""
+    """A reference for the operations of the BERT, Llama, GPT-2, Whisper, ConvNeXt, EfficientNet and YOLO networks
+    (float64 numpy)."""
 
     def conv(self, x, w, b, stride, padding, groups=1):
         x = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
@@ -148,11 +148,22 @@ class NumpyOps:
     def sigmoid(self, x):
         return 1 / (1 + np.exp(-x))
 
+    def max_pool(self, x, size, stride, padding):
+        x = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)), constant_values=-np.inf)
+        win = np.lib.stride_tricks.sliding_window_view(x, (size, size), axis=(2, 3))[:, :, ::stride, ::stride]
+        return win.max((-2, -1))
+
+    def split(self, x, parts):
+        return np.split(x, parts, axis=1)
+
+    def concat(self, xs):
+        return np.concatenate(xs, axis=1)
+
 
 @pytest.mark.parametrize(("name", "out_shape"),
                          [("bert", (1, 128, 768)), ("llama", (1, 96, 960)), ("convnext", (1, 1000)),
                           ("gpt2", (1, 256, 768)), ("whisper", (1, 500, 384)),
-                          ("efficientnet", (1, 24, 56, 56))])
+                          ("efficientnet", (1, 24, 56, 56)), ("yolo", (1, 64, 40, 40))])
 def test_network_built_with_relax_computes_what_numpy_does(name, out_shape):
     import tvm
     from tvm import relax

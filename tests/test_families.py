@@ -101,6 +101,10 @@ def test_every_task_of_the_networks_has_a_family():
     assert families["efficientnet/adaptive_avg_pool2d"] == "pool"
     assert families["efficientnet/fused_conv2d3_add2_tir_sigmoid_multiply"] == "conv2d"
     assert families["efficientnet/fused_conv2d6_add5_silu3"] == "depthwise"
+    # YOLO: a convolution with SiLU and a residual, SPPF's 5x5 stride-1 max pool, the data copies
+    assert families["yolo/fused_conv2d3_add2_silu2_add3"] == "conv2d"
+    assert families["yolo/max_pool2d"] == "pool"
+    assert families["yolo/split"] == families["yolo/concatenate1"] == "layout"
 
 
 def test_pools_carry_their_family_and_machine():

@@ -96,6 +96,7 @@ def family_of(workload: str, script: str) -> str:
     if any("layer_norm" in b or "rms_norm" in b for b in blocks):
         # Layer norm and RMS norm: a reduction along the last axis, then every element scaled by it.
         return "layernorm"
-    if blocks and all(b == "root" or b.startswith(("T_reshape", "T_transpose")) for b in blocks):
+    if blocks and all(b == "root" or b.startswith(("T_reshape", "T_transpose", "T_concat", "T_split"))
+                      for b in blocks):
         return "layout"
     return "other"

@@ -119,6 +119,15 @@ class RelaxOps:
     def multiply_constant(self, x, c: np.ndarray):
         return self._emit(relax.op.multiply(x, relax.const(c)))
 
+    def split(self, x, parts: int):
+        """``x`` cut into ``parts`` equal pieces along the channels (axis 1)."""
+        t = self._emit(relax.op.split(x, parts, axis=1))
+        return [self._emit(relax.TupleGetItem(t, i)) for i in range(parts)]
+
+    def concat(self, xs):
+        """The tensors ``xs`` joined along the channels (axis 1)."""
+        return self._emit(relax.op.concat(xs, axis=1))
+
 
 class TorchOps:
     """The same operations in PyTorch, run eagerly (imported only when asked for)."""
@@ -200,6 +209,12 @@ class TorchOps:
 
     def multiply_constant(self, x, c):
         return x * self._t(c)
+
+    def split(self, x, parts):
+        return list(self.torch.chunk(x, parts, dim=1))
+
+    def concat(self, xs):
+        return self.torch.cat(xs, dim=1)
 
 
 # ---------------------------------------------------------------------------------------
@@ -453,6 +468,33 @@ def _efficientnet_b0_stem(ops: Any, x: Any, weights: _Weights) -> Any:
     return conv(y, 96, 24, 1, 1)
 
 
+def _yolov8n_backbone(ops: Any, x: Any, weights: _Weights) -> Any:
+    """YOLOv8n's backbone (Ultralytics, 2023) cut to its first three stages and an SPPF block,
+    batch norm folded, every convolution followed by SiLU.
+
+    Two 3x3 stride-2 convolutions (3 -> 16 -> 32 channels); a C2f block at 32 channels (a 1x1
+    convolution whose output is split in two halves, one bottleneck of two 3x3 convolutions with
+    a residual on the second half, the three tensors concatenated and a 1x1 convolution back to
+    32); a third 3x3 stride-2 convolution to 64; and SPPF (He et al.'s spatial pyramid pooling as
+    YOLOv5 chains it): a 1x1 convolution to 32, three 5x5 stride-1 max pools in a row, the four
+    tensors concatenated and a 1x1 convolution back to 64. Output (1, 64, 40, 40) for 3x320x320.
+    """
+
+    def conv(x, cin, cout, k, stride=1):
+        w = weights(cout, cin, k, k, fan_in=cin * k * k)
+        return ops.silu(ops.conv(x, w, weights(cout), stride, k // 2))
+
+    y = conv(conv(x, 3, 16, 3, 2), 16, 32, 3, 2)
+    a, b = ops.split(conv(y, 32, 32, 1), 2)
+    m = ops.add(b, conv(conv(b, 16, 16, 3), 16, 16, 3))
+    y = conv(ops.concat([a, b, m]), 48, 32, 1)
+    y = conv(conv(y, 32, 64, 3, 2), 64, 32, 1)
+    p1 = ops.max_pool(y, 5, 1, 2)
+    p2 = ops.max_pool(p1, 5, 1, 2)
+    p3 = ops.max_pool(p2, 5, 1, 2)
+    return conv(ops.concat([y, p1, p2, p3]), 128, 64, 1)
+
+
 @dataclass(frozen=True)
 class Network:
     """A network tuna can build: its input and how to write it against the operations.
@@ -499,6 +541,9 @@ NETWORKS: dict[str, Network] = {
         Network("efficientnet", "EfficientNet-B0 cut to its stem and first two stages (an MBConv1 block and the "
                 "first MBConv6 block, each with squeeze-and-excitation); batch 1, 3x224x224, random weights",
                 (1, 3, 224, 224), _efficientnet_b0_stem),
+        Network("yolo", "YOLOv8n's backbone cut to its first three stages (a C2f block at 32 channels) and an "
+                "SPPF block at 64 channels; batch 1, 3x320x320, random weights", (1, 3, 320, 320),
+                _yolov8n_backbone),
     )
 }
 
