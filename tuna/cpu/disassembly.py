@@ -35,9 +35,25 @@ _CAPSTONE = {
 ANONYMOUS = "anon@"
 #: Runtime helpers TVM links into every object: not part of the kernel.
 RUNTIME_HELPERS = ("__tvm_ffi_", "__tvm_set_raised", "__truncsfhf2", "__extendhfsf2", "__gnu_")
+#: Library functions LLVM calls for plain memory work (zeroing or copying a tile).
+MEMORY_CALLS = frozenset({"memset", "memcpy", "memmove", "bzero"})
 #: Gaps shorter than this are alignment padding, not code.
 _MIN_ANONYMOUS_BYTES = 16
 _SHF_EXECINSTR = 0x4
+
+
+def library_call(ins: Instruction) -> bool:
+    """Whether an instruction calls out-of-line library code (``expf``, ``tanhf``): the math
+    functions the TIR's "math" operations become. TVM's runtime (workspaces, the thread pool)
+    is called through function pointers, which no relocation on the call names; its calls and
+    ``memset`` can end or open a block of a thousand unrolled multiply-adds (a workspace tile
+    zeroed, then freed), which is not code around math calls."""
+    return (
+        ins.klass == "call"
+        and bool(ins.callee)
+        and ins.callee not in MEMORY_CALLS
+        and not ins.callee.startswith(RUNTIME_HELPERS)
+    )
 
 
 def read_functions(obj: bytes, what: str = "the object code") -> list[tuple[str, str, int, bytes, dict[int, str]]]:

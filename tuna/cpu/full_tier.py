@@ -29,7 +29,7 @@ from ..estimate import Estimate
 from ..ir import Instruction, KernelIR
 from ..machine import Machine
 from . import ir_tier, loop_mapping, simulator
-from .disassembly import ANONYMOUS, RUNTIME_HELPERS
+from .disassembly import ANONYMOUS, library_call
 from .isa import ARITHMETIC
 from .simulator.registers import parse_int, split_operands
 
@@ -49,27 +49,9 @@ MAPPED_LANES_FLOOR = 0.9
 #: of 0.25-0.35 ranked those pools and 66 earlier ones alike (linear.L1_EXCESS).
 L1_HIDDEN_SHARE = 0.3
 
-#: Library functions LLVM calls for plain memory work (zeroing or copying a tile).
-MEMORY_CALLS = frozenset({"memset", "memcpy", "memmove", "bzero"})
-
-
 def l1_excess_cycles(features: Mapping[str, float], share: float = L1_HIDDEN_SHARE) -> float:
     """The L1 fill cycles beyond ``share`` of the compute cycles, from a candidate's features."""
     return max(0.0, features["l1_fill_cycles"] - share * features["compute_cycles"])
-
-
-def _library_call(ins: Instruction) -> bool:
-    """Whether an instruction calls out-of-line library code (``expf``, ``tanhf``), whose
-    surrounding code ``call_block_ops`` prices. TVM's runtime (workspaces, the thread pool) is
-    called through function pointers, which no relocation on the call names. Its calls and
-    ``memset`` can end or open a block of a thousand unrolled multiply-adds (a workspace tile
-    zeroed, then freed): that block is not code around calls."""
-    return (
-        ins.klass == "call"
-        and bool(ins.callee)
-        and ins.callee not in MEMORY_CALLS
-        and not ins.callee.startswith(RUNTIME_HELPERS)
-    )
 
 
 #: The terms counted from the weighted machine code, which a lost trip count under-weights.
@@ -147,7 +129,7 @@ def estimate(kernel: KernelIR, machine: Machine) -> Estimate:
             # x86 folds loads into arithmetic (vfmadd231ps z, z, [m] and embedded broadcasts).
             folded = sum(ins.klass in ARITHMETIC and "[" in ins.operands for ins in blk.instructions)
             feats["calls"] += weight * klasses["call"]
-            if any(_library_call(ins) for ins in blk.instructions):
+            if any(library_call(ins) for ins in blk.instructions):
                 # The code around each call costs more than the simulator, blind to the
                 # callee, overlaps: an exp loop that LLVM vectorized around per-lane calls
                 # (4.5 instructions a call: lane moves, spills) ran 14% slower on Zen 5 than
@@ -171,6 +153,9 @@ def estimate(kernel: KernelIR, machine: Machine) -> Estimate:
     counts = loop_mapping.dynamic_counts(maps, isa)
     for klass in ("fma", "add", "mul", "load", "store", "instructions", "lanes_fma"):
         feats[f"dyn_{klass}"] = counts[klass]
+    tir_calls = loop_mapping.tir_multiply_adds(kernel, "math")
+    if tir_calls:  # a check of the mapping, as the multiply-adds' lanes are (not a model term)
+        feats["calls_vs_tir"] = counts["library_calls"] / tir_calls
     tir_fma = loop_mapping.tir_multiply_adds(kernel)
     if tir_fma:
         feats["fma_lanes_vs_tir"] = counts["lanes_fma"] / tir_fma

@@ -7,8 +7,9 @@ trees together gives each machine loop a trip count: its own when the code shows
 the extent of the TIR loop it corresponds to. Machine loops are matched in pre-order to the
 TIR loops that can survive code generation (not vectorized, not unrolled by TVM, extent > 1),
 preferring the next TIR loop whose extent equals the machine trip count (or a multiple of it,
-for loops LLVM partially unrolled), and allowing a TIR loop to match again (LLVM duplicates
-loops when it unrolls an outer one). How many TIR iterations one iteration of a loop LLVM
+for loops LLVM partially unrolled, and for a machine loop that calls math functions, one whose
+work has them), and allowing a TIR loop to match again (LLVM duplicates loops when it unrolls
+an outer one). How many TIR iterations one iteration of a loop LLVM
 unrolled or vectorized does is read from the copies of the TIR's work in its body, or, where
 LLVM folded that work beyond recognition, from how far its pointers step against how far the
 TIR's addresses move per iteration (:func:`_stride_factor`).
@@ -31,7 +32,7 @@ from ..ir import Instruction, KernelIR, Loop, LoopKind, MachineCode, Node, walk
 from ..machine import Machine
 from .cfg import LoopInfo, loops
 from .codegen import folded_share, tvm_unrolled
-from .disassembly import ANONYMOUS, RUNTIME_HELPERS
+from .disassembly import ANONYMOUS, RUNTIME_HELPERS, library_call
 from .isa import ARITHMETIC
 from .isa import lanes as instruction_lanes
 from .overlap_checks import never_taken
@@ -191,21 +192,35 @@ def _tir_signature(loop: Loop, rolled: set[str], lanes: Callable[[int], int]) ->
     return stores, arith, calls, store_lanes, arith_lanes
 
 
+#: Stack pointers: a store addressed from one fills a stack slot (a spill), not a TIR buffer.
+_STACK_POINTERS = frozenset({"rsp", "sp"})
+
+
 def _code_signature(code: MachineCode, blocks: frozenset[int]) -> tuple[int, int, int, int, int]:
     """Stores (an AArch64 pair store counts as two), arithmetic instructions, calls, store lanes
-    and arithmetic lanes in ``blocks``."""
+    and arithmetic lanes in ``blocks``.
+
+    Where the blocks call library functions, stores to stack slots are left out: they are the
+    spills LLVM adds around each call, every vector register being the caller's to save (a
+    softmax's exp loop, vectorized 32 lanes at a time, spills 38 vectors around its 32 expf
+    calls and stores 2 results: counted with the spills, its stores read as no multiple of the
+    TIR's one, and the loop kept the TIR's 500 iterations instead of 15). Spills of register
+    pressure elsewhere still count (judged on development pools with calls only).
+    """
     stores = arith = calls = store_lanes = arith_lanes = 0
-    for blk in code.blocks:
-        if blk.start in blocks:
-            for ins in blk.instructions:
-                if ins.klass == "store":
-                    pair = 1 + ins.mnemonic.startswith("stp")
-                    stores += pair
-                    store_lanes += pair * instruction_lanes(code.isa, ins)
-                elif ins.klass in ARITHMETIC:
-                    arith += 1
-                    arith_lanes += instruction_lanes(code.isa, ins)
-                calls += ins.klass == "call"
+    own = [ins for blk in code.blocks if blk.start in blocks for ins in blk.instructions]
+    spills = any(library_call(ins) for ins in own)
+    for ins in own:
+        if ins.klass == "store":
+            if spills and _STACK_POINTERS & _address_scales(code.isa, ins).keys():
+                continue
+            pair = 1 + ins.mnemonic.startswith("stp")
+            stores += pair
+            store_lanes += pair * instruction_lanes(code.isa, ins)
+        elif ins.klass in ARITHMETIC:
+            arith += 1
+            arith_lanes += instruction_lanes(code.isa, ins)
+        calls += ins.klass == "call"
     return stores, arith, calls, store_lanes, arith_lanes
 
 
@@ -333,6 +348,10 @@ def _map_function(
         inner = [x for x in scope if x.var in below]
         depth_below[lp.var] = 1 + max((depth_below[x.var] for x in inner), default=0)
 
+    calls_in = {lp.header: any(library_call(ins) for blk in code.blocks if blk.start in lp.blocks
+                               for ins in blk.instructions) for lp in infos}
+    math_in = {x.var: any(stmt.op_count("math") for stmt, _ in walk(x.body)) for x in scope}
+
     matches: list[LoopMatch] = []
     trips_of: dict[int, float] = {}
     rolled_vars = {x.var for x in scope}
@@ -366,7 +385,12 @@ def _map_function(
             # A TIR loop must hold as deep a nest as the machine loop, unless none does: then
             # the code kept a loop the TIR's unroll pragma was expected to unroll (tvm_unrolled
             # under-counts what TVM leaves rolled), and the nest is matched on trip counts alone.
-            searches = [(order, strict) for strict in (True, False)
+            # A machine loop that calls math functions first looks for a TIR loop whose work
+            # has them: with its trip count unknown, the next TIR loop in pre-order may be one
+            # of the reduction's (an EfficientNet stem's epilogue loop of 8 around 6,272 unrolled
+            # expf calls was matched to a 3-trip kernel-column loop, weighting its calls 24
+            # times where the TIR makes them 64 times).
+            searches = [(order, strict) for strict in (2, 1, 0)
                         for order in (range(cursor, len(candidates)), range(0, cursor))]
             for order, strict in () if best is not None else searches:
                 ranked = [
@@ -374,6 +398,7 @@ def _map_function(
                     for i in order
                     if (q := _compatible(known, candidates[i].extent))
                     and (depth_below[candidates[i].var] >= height[lp.header] or not strict)
+                    and (strict < 2 or not calls_in[lp.header] or math_in[candidates[i].var])
                 ]
                 if ranked:
                     top = max(q for q, _ in ranked)
@@ -551,7 +576,8 @@ def dynamic_counts(maps: tuple[FunctionMap, ...], isa: str) -> Counter:
     """Instructions executed per kernel call, by class, summed over all threads.
 
     Also ``lanes_fma``: data elements of the FMA instructions, to compare with the TIR
-    (register lanes: a 2-wide TIR vector computed in a 4-wide register counts 4).
+    (register lanes: a 2-wide TIR vector computed in a 4-wide register counts 4), and
+    ``library_calls``: calls to math functions (:func:`~tuna.cpu.disassembly.library_call`).
     """
     counts: Counter = Counter()
     for fm in maps:
@@ -560,14 +586,16 @@ def dynamic_counts(maps: tuple[FunctionMap, ...], isa: str) -> Counter:
             for ins in blk.instructions:
                 counts[ins.klass] += w
                 counts["instructions"] += w
+                counts["library_calls"] += w * library_call(ins)
                 if ins.klass == "fma":
                     counts["lanes_fma"] += w * instruction_lanes(isa, ins)
     return counts
 
 
-def tir_multiply_adds(kernel: KernelIR) -> float:
+def tir_multiply_adds(kernel: KernelIR, kind: str = "fma") -> float:
     """Multiply-adds the TIR performs per call (what ``lanes_fma`` should equal), less the
-    copies of guarded statements that TVM's unrolling rules out (:func:`~tuna.cpu.codegen.folded_share`)."""
+    copies of guarded statements that TVM's unrolling rules out (:func:`~tuna.cpu.codegen.folded_share`);
+    with ``kind="math"``, the math-library calls it makes (what ``library_calls`` should equal)."""
     tvm = frozenset(tvm_unrolled(kernel))
-    return sum(stmt.op_count("fma") * math.prod(lp.extent for lp in loops) * folded_share(stmt, loops, tvm)
+    return sum(stmt.op_count(kind) * math.prod(lp.extent for lp in loops) * folded_share(stmt, loops, tvm)
                for stmt, loops in walk(kernel.body))
