@@ -49,6 +49,7 @@ MAPPED_LANES_FLOOR = 0.9
 #: of 0.25-0.35 ranked those pools and 66 earlier ones alike (linear.L1_EXCESS).
 L1_HIDDEN_SHARE = 0.3
 
+
 def l1_excess_cycles(features: Mapping[str, float], share: float = L1_HIDDEN_SHARE) -> float:
     """The L1 fill cycles beyond ``share`` of the compute cycles, from a candidate's features."""
     return max(0.0, features["l1_fill_cycles"] - share * features["compute_cycles"])

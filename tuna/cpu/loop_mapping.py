@@ -9,10 +9,10 @@ TIR loops that can survive code generation (not vectorized, not unrolled by TVM,
 preferring the next TIR loop whose extent equals the machine trip count (or a multiple of it,
 for loops LLVM partially unrolled, and for a machine loop that calls math functions, one whose
 work has them), and allowing a TIR loop to match again (LLVM duplicates loops when it unrolls
-an outer one). How many TIR iterations one iteration of a loop LLVM
-unrolled or vectorized does is read from the copies of the TIR's work in its body, or, where
-LLVM folded that work beyond recognition, from how far its pointers step against how far the
-TIR's addresses move per iteration (:func:`_stride_factor`).
+an outer one). How many TIR iterations one iteration of a loop LLVM unrolled or vectorized
+does is read from the copies of the TIR's work in its body, or, where LLVM folded that work
+beyond recognition, from how far its pointers step against how far the TIR's addresses move
+per iteration (:func:`_stride_factor`).
 
 TVM outlines every parallel loop into a function of its own, run once per thread; those
 functions have no symbol (:data:`tuna.cpu.disassembly.ANONYMOUS`) and are matched to the
