@@ -476,7 +476,8 @@ def _yolov8n_backbone(ops: Any, x: Any, weights: _Weights) -> Any:
     convolution whose output is split in two halves, one bottleneck of two 3x3 convolutions with
     a residual on the second half, the three tensors concatenated and a 1x1 convolution back to
     32); a third 3x3 stride-2 convolution to 64; and SPPF (He et al.'s spatial pyramid pooling as
-    YOLOv5 chains it): a 1x1 convolution to 32, three 5x5 stride-1 max pools in a row, the four
+    YOLOv5 chains it; YOLOv8n's backbone ends with one at 256 channels, here it follows the third
+    stage at 64): a 1x1 convolution to 32, three 5x5 stride-1 max pools in a row, the four
     tensors concatenated and a 1x1 convolution back to 64. Output (1, 64, 40, 40) for 3x320x320.
     """
 
