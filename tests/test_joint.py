@@ -30,6 +30,12 @@ def _kernel(name: str):
     return dataclasses.replace(integration.kernel_from_module(mod), code=code), preset
 
 
+def _every_fixture(missed: dict[str, str]) -> list:
+    """Every object fixture's name, those in ``missed`` (name -> reason) as expected failures."""
+    return [pytest.param(n, marks=pytest.mark.xfail(reason=missed[n], strict=True)) if n in missed else n
+            for n in sorted(p.stem for p in FIXTURES.glob("*.o"))]
+
+
 #: Fixtures whose loop mapping is known to miss lanes: found when they were added, not yet mended.
 _LANES_MISSED = {
     # 1,760 of 3,612,672 lanes (0.05%) are not weighted; the mapping-scale floor (90%) is far.
@@ -37,9 +43,7 @@ _LANES_MISSED = {
 }
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=_LANES_MISSED[n], strict=True))
-                                  if n in _LANES_MISSED else n
-                                  for n in sorted(p.stem for p in FIXTURES.glob("*.o"))])
+@pytest.mark.parametrize("name", _every_fixture(_LANES_MISSED))
 def test_fma_lanes_executed_equal_the_multiply_adds_of_the_tir(name):
     kernel, preset = _kernel(name)
     counts = loop_mapping.dynamic_counts(loop_mapping.map_kernel(kernel, preset), preset.isa)
@@ -55,9 +59,7 @@ _CALLS_MISSED = {
 }
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=_CALLS_MISSED[n], strict=True))
-                                  if n in _CALLS_MISSED else n
-                                  for n in sorted(p.stem for p in FIXTURES.glob("*.o"))])
+@pytest.mark.parametrize("name", _every_fixture(_CALLS_MISSED))
 def test_math_calls_executed_equal_the_math_functions_of_the_tir(name):
     # As the multiply-adds' lanes do, the library calls check the trip counts the mapping gives
     # the loops around them: each lane of a TIR math function is one call (lower._MATH_CALLS).
