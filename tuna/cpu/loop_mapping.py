@@ -348,8 +348,8 @@ def _map_function(
         inner = [x for x in scope if x.var in below]
         depth_below[lp.var] = 1 + max((depth_below[x.var] for x in inner), default=0)
 
-    calls_in = {lp.header: any(library_call(ins) for blk in code.blocks if blk.start in lp.blocks
-                               for ins in blk.instructions) for lp in infos}
+    calling = {blk.start for blk in code.blocks if any(library_call(ins) for ins in blk.instructions)}
+    calls_in = {lp.header: not calling.isdisjoint(lp.blocks) for lp in infos}
     math_in = {x.var: any(stmt.op_count("math") for stmt, _ in walk(x.body)) for x in scope}
 
     matches: list[LoopMatch] = []
