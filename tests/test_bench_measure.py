@@ -73,8 +73,11 @@ def test_bench_launch_measures_a_parallel_region(capsys, host):
 
 
 class NumpyOps:
-    """A reference for the operations of the BERT, Llama, GPT-2, Whisper, ConvNeXt, EfficientNet and YOLO networks
-    (float64 numpy)."""
+    """A reference for the operations of the BERT, Llama, GPT-2, Whisper, ConvNeXt, EfficientNet, YOLO and ResNeXt
+    networks (float64 numpy)."""
+
+    def relu(self, x):
+        return np.maximum(x, 0)
 
     def conv(self, x, w, b, stride, padding, groups=1):
         x = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
@@ -163,7 +166,8 @@ class NumpyOps:
 @pytest.mark.parametrize(("name", "out_shape"),
                          [("bert", (1, 128, 768)), ("llama", (1, 96, 960)), ("convnext", (1, 1000)),
                           ("gpt2", (1, 256, 768)), ("whisper", (1, 500, 384)),
-                          ("efficientnet", (1, 24, 56, 56)), ("yolo", (1, 64, 40, 40))])
+                          ("efficientnet", (1, 24, 56, 56)), ("yolo", (1, 64, 40, 40)),
+                          ("resnext", (1, 1000))])
 def test_network_built_with_relax_computes_what_numpy_does(name, out_shape):
     import tvm
     from tvm import relax

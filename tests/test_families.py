@@ -105,6 +105,10 @@ def test_every_task_of_the_networks_has_a_family():
     assert families["yolo/fused_conv2d3_add2_silu2_add3"] == "conv2d"
     assert families["yolo/max_pool2d"] == "pool"
     assert families["yolo/split"] == families["yolo/concatenate1"] == "layout"
+    # ResNeXt: the 3x3 convolutions of 32 groups (4 and 8 channels each), the 1x1 ones around them
+    assert families["resnext/fused_conv2d3_add2_relu1"] == "group_conv2d"
+    assert families["resnext/fused_conv2d8_add5_relu3"] == "group_conv2d"
+    assert families["resnext/fused_conv2d2_add2_relu1"] == "conv2d"
 
 
 def test_pools_carry_their_family_and_machine():

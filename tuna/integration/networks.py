@@ -223,26 +223,29 @@ class TorchOps:
 
 
 def _resnet(ops: Any, x: Any, weights: _Weights, stages: tuple[int, ...], bottleneck: bool,
-            classes: int = 1000) -> Any:
+            classes: int = 1000, groups: int = 1, group_width: int = 64) -> Any:
     """ResNet (He et al., 2016) for 224x224 images, batch norm folded into the convolutions:
     ``stages[i]`` blocks of width 64 * 2**i, basic (two 3x3) or bottleneck (1x1, 3x3, 1x1 to
-    four times the width; stride on the 3x3 as in torchvision's v1.5)."""
+    four times the width; stride on the 3x3 as in torchvision's v1.5). ResNeXt (Xie et al., 2017)
+    is the bottleneck form whose 3x3 convolution has ``groups`` groups of ``group_width * 2**i``
+    channels each (torchvision's ``width_per_group`` is ``group_width``)."""
 
-    def conv(x, cin, cout, k, stride, padding):
-        return ops.conv(x, weights(cout, cin, k, k, fan_in=cin * k * k), weights(cout), stride, padding)
+    def conv(x, cin, cout, k, stride, padding, groups=1):
+        w = weights(cout, cin // groups, k, k, fan_in=cin // groups * k * k)
+        return ops.conv(x, w, weights(cout), stride, padding, groups)
 
     y = ops.relu(conv(x, 3, 64, 7, 2, 3))
     y = ops.max_pool(y, 3, 2, 1)
     cin = 64
     for stage, blocks in enumerate(stages):
-        width = 64 * 2**stage
-        cout = 4 * width if bottleneck else width
+        width = groups * group_width * 2**stage
+        cout = 4 * 64 * 2**stage if bottleneck else width
         for block in range(blocks):
             stride = 2 if stage > 0 and block == 0 else 1
             shortcut = conv(y, cin, cout, 1, stride, 0) if stride != 1 or cin != cout else y
             if bottleneck:
                 z = ops.relu(conv(y, cin, width, 1, 1, 0))
-                z = ops.relu(conv(z, width, width, 3, stride, 1))
+                z = ops.relu(conv(z, width, width, 3, stride, 1, groups))
                 z = conv(z, width, cout, 1, 1, 0)
             else:
                 z = ops.relu(conv(y, cin, cout, 3, stride, 1))
@@ -261,6 +264,11 @@ def _resnet18(ops: Any, x: Any, weights: _Weights) -> Any:
 def _resnet50(ops: Any, x: Any, weights: _Weights) -> Any:
     """ResNet-50: bottleneck blocks, 3, 4, 6 and 3 per stage."""
     return _resnet(ops, x, weights, (3, 4, 6, 3), bottleneck=True)
+
+
+def _resnext50_stages12(ops: Any, x: Any, weights: _Weights) -> Any:
+    """ResNeXt-50 (32x4d) cut to its first two stages (3 and 4 blocks) and the classifier."""
+    return _resnet(ops, x, weights, (3, 4), bottleneck=True, groups=32, group_width=4)
 
 
 def _mobilenet_v2(ops: Any, x: Any, weights: _Weights, classes: int = 1000) -> Any:
@@ -523,6 +531,9 @@ NETWORKS: dict[str, Network] = {
     for n in (
         Network("resnet18", "ResNet-18, batch 1, 3x224x224, random weights", (1, 3, 224, 224), _resnet18),
         Network("resnet50", "ResNet-50, batch 1, 3x224x224, random weights", (1, 3, 224, 224), _resnet50),
+        Network("resnext", "ResNeXt-50 (32x4d) cut to its stem, first two stages (3 and 4 bottleneck blocks "
+                "whose 3x3 convolutions have 32 groups) and the classifier; batch 1, 3x224x224, random weights",
+                (1, 3, 224, 224), _resnext50_stages12),
         Network("mobilenetv2", "MobileNetV2, batch 1, 3x224x224, random weights", (1, 3, 224, 224),
                 _mobilenet_v2),
         Network("bert", "BERT-base encoder layer, batch 1, 128 tokens, random weights", (1, 128, 768), _bert_layer),
