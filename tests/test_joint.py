@@ -96,6 +96,18 @@ def test_spills_around_library_calls_do_not_hide_a_vectorized_loop():
     assert counts["library_calls"] == pytest.approx(loop_mapping.tir_multiply_adds(kernel, "math"), rel=0.05)
 
 
+def test_a_loop_unrolled_by_a_divisor_of_its_constant_trip_count_keeps_a_share_of_it():
+    # SPPF's max pool: the padding copy's 44 columns, left scalar by TVM, run 11 copies an
+    # iteration (LLVM's partial unrolling lowers its count to a divisor of a constant trip
+    # count); with powers of two alone, the loop kept 44 iterations, 11 times its stores.
+    kernel, preset = _kernel("sppfpool-set31-c127-zen4")
+    maps = loop_mapping.map_kernel(kernel, preset)
+    copy = [m for fm in maps for m in fm.loops if m.tir_var == "ax3_fused"]
+    assert [(m.trips, m.source) for m in copy] == [(4, "unrolled")]
+    assert loop_mapping._unroller_factors(44) == (2, 4, 8, 16, 11, 22)
+    assert loop_mapping._unroller_factors(None) == (2, 4, 8, 16)
+
+
 def _outlined_loops(name: str) -> list[list[int | None]]:
     kernel, _ = _kernel(name)
     funcs = [c for c in kernel.code if c.function.startswith(disassembly.ANONYMOUS)]

@@ -44,8 +44,10 @@ from .trip_counts import architectural_register, register_step
 
 #: Trip count assumed for a machine loop neither the code nor the TIR explains (assumption).
 UNKNOWN_TRIPS = 4
-#: Factors by which LLVM partially unrolls counted loops.
+#: Factors by which LLVM partially unrolls loops whose trip count it reads at run time.
 _UNROLL_FACTORS = (2, 4, 8, 16)
+#: Largest factor looked for among the divisors of a loop's constant trip count.
+_MAX_DIVISOR_FACTOR = 32
 #: Iterations one vector iteration of a loop LLVM vectorized may do (interleaved vectors).
 _VECTOR_FACTORS = tuple(2**k for k in range(1, 9))
 
@@ -224,7 +226,23 @@ def _code_signature(code: MachineCode, blocks: frozenset[int]) -> tuple[int, int
     return stores, arith, calls, store_lanes, arith_lanes
 
 
-def _unroll_factor(expected: tuple[int, ...], found: tuple[int, ...], innermost: bool = True) -> int:
+def _unroller_factors(extent: int | None) -> tuple[int, ...]:
+    """Factors LLVM's unroller may pick for a loop of ``extent`` iterations (None: run-time).
+
+    With the trip count a constant, LLVM's partial unrolling lowers its count until it divides
+    the trip count (``shouldPartialUnroll`` in LLVM's LoopUnrollPass.cpp), so any divisor can
+    come out: a max pool's padding copy of 44 columns, left scalar by TVM, ran 11 copies an
+    iteration and was weighted with 44 iterations, 11 times its stores (a YOLOv8n SPPF
+    candidate on Zen 4 predicted at 4.4 times the pool's best, as fast as the best). A run-time
+    trip count gets a power of two and a remainder loop.
+    """
+    divisors = () if extent is None else tuple(
+        u for u in range(3, min(extent - 1, _MAX_DIVISOR_FACTOR) + 1) if extent % u == 0 and u not in _UNROLL_FACTORS)
+    return _UNROLL_FACTORS + divisors
+
+
+def _unroll_factor(expected: tuple[int, ...], found: tuple[int, ...], innermost: bool = True,
+                   extent: int | None = None) -> int:
     """How many TIR iterations one iteration of a machine loop does (1 when nothing shows it).
 
     Either the stores, arithmetic instructions and calls are all that many copies of one
@@ -245,13 +263,17 @@ def _unroll_factor(expected: tuple[int, ...], found: tuple[int, ...], innermost:
     copies. A padded input's copy loop, unrolled 8 times by LLVM, was otherwise weighted with
     the TIR loop's 114 iterations, 8 times its work (a MobileNetV2 depthwise candidate on Zen 3
     whose copy's blocks came to 4.2 of its 7.2 million predicted instructions).
+
+    The unroller's copies are looked for among :func:`_unroller_factors` of ``extent``, the
+    TIR loop's constant trip count (None where the code reads it at run time).
     """
     stores, arith, calls, store_lanes, arith_lanes = expected
     f_stores, f_arith, f_calls, f_store_lanes, f_arith_lanes = found
     copy = not (arith or calls)
     if not stores or (copy and not innermost):
         return 1
-    for u in _UNROLL_FACTORS:
+    unroller = _unroller_factors(extent)
+    for u in unroller:
         if (f_stores, f_arith, f_calls) == (u * stores, u * arith, u * calls):
             return u
     for u in _VECTOR_FACTORS if innermost else ():
@@ -259,7 +281,7 @@ def _unroll_factor(expected: tuple[int, ...], found: tuple[int, ...], innermost:
         stored = f_store_lanes == u * store_lanes if copy else arith_lanes and f_store_lanes <= u * store_lanes
         if vectorized and stored:
             return u
-    for u in _UNROLL_FACTORS:
+    for u in unroller:
         copies = arith and (f_arith, f_calls) == (u * arith, u * calls) and 0 < f_stores < u * stores
         if copies and u * arith_lanes <= f_arith_lanes < 2 * u * arith_lanes:
             return u
@@ -362,7 +384,10 @@ def _map_function(
         own = lp.blocks - frozenset().union(*(c.blocks for c in kids))
         # With no machine loop inside, LLVM unrolled the TIR loop's rolled inner loops fully.
         rolled = rolled_vars if kids else rolled_vars - _subtree_vars(tir)
-        factor = _unroll_factor(_tir_signature(tir, rolled, lanes), _code_signature(code, own), innermost=not kids)
+        # A parallel chunk's trip count is the thread's share, read at run time.
+        extent = None if tir is parallel else tir.extent
+        factor = _unroll_factor(_tir_signature(tir, rolled, lanes), _code_signature(code, own), innermost=not kids,
+                                extent=extent)
         if factor == 1 and not kids and tir is parallel:
             # Where LLVM folded, hoisted or merged the arithmetic (a variance loop's mean
             # subtracted once for both factors of a square, its division by the row length
