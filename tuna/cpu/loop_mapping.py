@@ -10,7 +10,8 @@ preferring the next TIR loop whose extent equals the machine trip count (or a mu
 for loops LLVM partially unrolled, and for a machine loop that calls math functions, one whose
 work has them), and allowing a TIR loop to match again (LLVM duplicates loops when it unrolls
 an outer one). How many TIR iterations one iteration of a loop LLVM unrolled or vectorized
-does is read from the copies of the TIR's work in its body, or, where LLVM folded that work
+does is read from the copies of the TIR's work in its body (a power of two, or any divisor of
+a constant trip count: :func:`_unroller_factors`), or, where LLVM folded that work
 beyond recognition, from how far its pointers step against how far the TIR's addresses move
 per iteration (:func:`_stride_factor`).
 
