@@ -234,8 +234,8 @@ def _unroller_factors(extent: int | None) -> tuple[int, ...]:
     the trip count (``shouldPartialUnroll`` in LLVM's LoopUnrollPass.cpp), so any divisor can
     come out: a max pool's padding copy of 44 columns, left scalar by TVM, ran 11 copies an
     iteration and was weighted with 44 iterations, 11 times its stores (a YOLOv8n SPPF
-    candidate on Zen 4 predicted at 4.4 times the pool's best, as fast as the best). A run-time
-    trip count gets a power of two and a remainder loop.
+    candidate on Zen 4 as fast as its pool's best, predicted 2.2 times slower). A run-time trip
+    count gets a power of two and a remainder loop.
     """
     divisors = () if extent is None else tuple(
         u for u in range(3, min(extent - 1, _MAX_DIVISOR_FACTOR) + 1) if extent % u == 0 and u not in _UNROLL_FACTORS)
