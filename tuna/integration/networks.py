@@ -222,6 +222,13 @@ class TorchOps:
 # ---------------------------------------------------------------------------------------
 
 
+def _conv(ops: Any, weights: _Weights, x: Any, cin: int, cout: int, k: int, stride: int = 1, groups: int = 1) -> Any:
+    """A ``k x k`` convolution ``cin -> cout`` in ``groups`` groups, padded to keep the size (``k // 2``),
+    with a bias (batch norm folded), its weights drawn now."""
+    w = weights(cout, cin // groups, k, k, fan_in=cin // groups * k * k)
+    return ops.conv(x, w, weights(cout), stride, k // 2, groups)
+
+
 def _resnet(ops: Any, x: Any, weights: _Weights, stages: tuple[int, ...], bottleneck: bool,
             classes: int = 1000, groups: int = 1, group_width: int = 64) -> Any:
     """ResNet (He et al., 2016) for 224x224 images, batch norm folded into the convolutions:
@@ -230,11 +237,8 @@ def _resnet(ops: Any, x: Any, weights: _Weights, stages: tuple[int, ...], bottle
     is the bottleneck form whose 3x3 convolution has ``groups`` groups of ``group_width * 2**i``
     channels each (torchvision's ``width_per_group`` is ``group_width``)."""
 
-    def conv(x, cin, cout, k, stride, padding, groups=1):
-        w = weights(cout, cin // groups, k, k, fan_in=cin // groups * k * k)
-        return ops.conv(x, w, weights(cout), stride, padding, groups)
-
-    y = ops.relu(conv(x, 3, 64, 7, 2, 3))
+    conv = functools.partial(_conv, ops, weights)
+    y = ops.relu(conv(x, 3, 64, 7, 2))
     y = ops.max_pool(y, 3, 2, 1)
     cin = 64
     for stage, blocks in enumerate(stages):
@@ -242,14 +246,14 @@ def _resnet(ops: Any, x: Any, weights: _Weights, stages: tuple[int, ...], bottle
         cout = 4 * 64 * 2**stage if bottleneck else width
         for block in range(blocks):
             stride = 2 if stage > 0 and block == 0 else 1
-            shortcut = conv(y, cin, cout, 1, stride, 0) if stride != 1 or cin != cout else y
+            shortcut = conv(y, cin, cout, 1, stride) if stride != 1 or cin != cout else y
             if bottleneck:
-                z = ops.relu(conv(y, cin, width, 1, 1, 0))
-                z = ops.relu(conv(z, width, width, 3, stride, 1, groups))
-                z = conv(z, width, cout, 1, 1, 0)
+                z = ops.relu(conv(y, cin, width, 1))
+                z = ops.relu(conv(z, width, width, 3, stride, groups))
+                z = conv(z, width, cout, 1)
             else:
-                z = ops.relu(conv(y, cin, cout, 3, stride, 1))
-                z = conv(z, cout, cout, 3, 1, 1)
+                z = ops.relu(conv(y, cin, cout, 3, stride))
+                z = conv(z, cout, cout, 3)
             y = ops.relu(ops.add(z, shortcut))
             cin = cout
     y = ops.flatten(ops.global_avg_pool(y), cin)
@@ -275,9 +279,7 @@ def _mobilenet_v2(ops: Any, x: Any, weights: _Weights, classes: int = 1000) -> A
     """MobileNetV2 (Sandler et al., 2018), width 1.0, for 224x224 images: inverted residual
     blocks of 1x1 expansion, 3x3 depthwise and 1x1 projection, ReLU6, batch norm folded."""
 
-    def conv(x, cin, cout, k, stride, groups=1):
-        w = weights(cout, cin // groups, k, k, fan_in=cin // groups * k * k)
-        return ops.conv(x, w, weights(cout), stride, k // 2, groups)
+    conv = functools.partial(_conv, ops, weights)
 
     y = ops.relu6(conv(x, 3, 32, 3, 2))
     cin = 32
@@ -460,9 +462,7 @@ def _efficientnet_b0_stem(ops: Any, x: Any, weights: _Weights) -> Any:
     sigmoid) and scales the channels by the result. Output (1, 24, 56, 56).
     """
 
-    def conv(x, cin, cout, k, stride, groups=1):
-        w = weights(cout, cin // groups, k, k, fan_in=cin // groups * k * k)
-        return ops.conv(x, w, weights(cout), stride, k // 2, groups)
+    conv = functools.partial(_conv, ops, weights)
 
     def squeeze_excite(x, channels, squeezed):
         s = ops.silu(conv(ops.global_avg_pool(x), channels, squeezed, 1, 1))
@@ -490,8 +490,7 @@ def _yolov8n_backbone(ops: Any, x: Any, weights: _Weights) -> Any:
     """
 
     def conv(x, cin, cout, k, stride=1):
-        w = weights(cout, cin, k, k, fan_in=cin * k * k)
-        return ops.silu(ops.conv(x, w, weights(cout), stride, k // 2))
+        return ops.silu(_conv(ops, weights, x, cin, cout, k, stride))
 
     y = conv(conv(x, 3, 16, 3, 2), 16, 32, 3, 2)
     a, b = ops.split(conv(y, 32, 32, 1), 2)
