@@ -224,7 +224,7 @@ class TorchOps:
 
 def _conv(ops: Any, weights: _Weights, x: Any, cin: int, cout: int, k: int, stride: int = 1, groups: int = 1) -> Any:
     """A ``k x k`` convolution ``cin -> cout`` in ``groups`` groups, padded to keep the size (``k // 2``),
-    with a bias (batch norm folded), its weights drawn now."""
+    with a bias (where a network folds batch norm, into it); its weights drawn now, kernel then bias."""
     w = weights(cout, cin // groups, k, k, fan_in=cin // groups * k * k)
     return ops.conv(x, w, weights(cout), stride, k // 2, groups)
 
@@ -443,7 +443,7 @@ def _convnext_stage1(ops: Any, x: Any, weights: _Weights, dim: int = 96, blocks:
     y = ops.conv(x, weights(dim, 3, 4, 4, fan_in=48), weights(dim), 4, 0)
     y = ops.layer_norm(to_last(y), ones, zeros)
     for _ in range(blocks):
-        z = ops.conv(to_first(y), weights(dim, 1, 7, 7, fan_in=49), weights(dim), 1, 3, groups=dim)
+        z = _conv(ops, weights, to_first(y), dim, dim, 7, groups=dim)  # depthwise 7x7
         z = ops.layer_norm(to_last(z), ones, zeros)
         z = _dense(ops, weights, ops.gelu(_dense(ops, weights, z, dim, 4 * dim)), 4 * dim, dim)
         y = ops.add(y, ops.multiply_constant(z, weights(dim)))
