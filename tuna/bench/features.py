@@ -65,7 +65,7 @@ _NOT_MAKING_FEATURES = (
     ("integration", "builder"), ("integration", "cost_model"), ("integration", "feature_extractor"),
     ("integration", "runner"), ("integration", "search_strategy"), ("integration", "hybrid.py"),
     ("integration", "tuning.py"), ("integration", "network_tuning.py"), ("integration", "export.py"),
-    ("integration", "work_dir.py"), ("integration", "reporting.py"),
+    ("integration", "work_dir.py"), ("integration", "reporting.py"), ("integration", "networks.py"),
     ("integration", "measure", "measured_tuning.py"), ("integration", "measure", "timing.py"),
     ("integration", "measure", "whole_networks.py"), ("integration", "measure", "hybrid.py"),
 )
