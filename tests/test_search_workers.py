@@ -109,6 +109,19 @@ def test_a_batch_can_have_its_own_time_limit():
         assert pool.timed_out == 1
 
 
+def test_one_worker_limits_a_batch_with_a_time_limit_in_a_worker_process():
+    # With one worker, an ES run scores in this process; the full tier's batches, which compile
+    # (LLVM may never finish), go to one worker process, which enforces their limit.
+    with workers.make_evaluator(setup_offset, score_faulty, 0.0, workers=1) as serial:
+        assert isinstance(serial, workers.SerialEvaluator)
+        start = time.monotonic()
+        assert serial([11, 2], timeout=1.0) == [WORST_SCORE, 4.0]
+        assert time.monotonic() - start < 30
+        assert serial.timed_out == 1
+        assert serial([3]) == [9.0]  # no limit: in this process
+        assert serial._state["pid"] == os.getpid()
+
+
 def setup_slow_when_told(_):
     if os.environ.get("TUNA_TEST_SLOW_SETUP"):  # set once the first workers are up
         time.sleep(30)

@@ -111,7 +111,15 @@ def _safe_score(score_fn: Score, state: Any, payload: Any) -> float:
 
 
 class SerialEvaluator:
-    """Scores payloads one after another in this process.
+    """Scores payloads one after another in this process; a batch with a time limit, in one
+    worker process.
+
+    Nothing can stop a payload in this process once it runs, and some never end: LLVM's
+    optimiser takes time that doubles with each step of an unrolled chain of ``max`` updates
+    (an ES candidate of SFM:1 on Granite Rapids did not compile in 600 CPU seconds), so a
+    search with one worker hung on it. A batch given a ``timeout`` (the full tier's, which
+    compiles) is therefore scored by a one-worker :class:`ProcessPool` (shared, started at
+    the first such batch), which enforces it; batches without one stay in this process.
 
     Parameters
     ----------
@@ -127,7 +135,13 @@ class SerialEvaluator:
         self._setup, self._score, self._arg = setup, score_fn, setup_arg
         self._state: Any = None
         self._ready = False
+        self._limited: ProcessPool | None = None
         self.busy_seconds = 0.0
+
+    @property
+    def timed_out(self) -> int:
+        """Payloads of the time-limited batches that ran past their limit."""
+        return self._limited.timed_out if self._limited is not None else 0
 
     def start(self) -> None:
         """Set up (once)."""
@@ -137,7 +151,15 @@ class SerialEvaluator:
             profile.add(profile.STARTUP, time.perf_counter() - began)
 
     def __call__(self, payloads: Sequence[Any], timeout: float | None = None) -> list[float]:
-        """Score ``payloads`` in order (``timeout`` cannot be enforced in this process)."""
+        """Score ``payloads`` in order; with a ``timeout`` (CPU seconds a payload), in the worker process."""
+        if timeout is not None:
+            if self._limited is None:
+                self._limited = ProcessPool(self._setup, self._score, self._arg, workers=1, timeout=timeout,
+                                            shared=True)
+            busy = self._limited.busy_seconds
+            scores = self._limited(payloads, timeout=timeout)
+            self.busy_seconds += self._limited.busy_seconds - busy
+            return scores
         self.start()
         began = time.perf_counter()
         scores = [_safe_score(self._score, self._state, p) for p in payloads]
@@ -145,7 +167,9 @@ class SerialEvaluator:
         return scores
 
     def close(self) -> None:
-        """Nothing to release."""
+        """Release the worker process's share of this evaluator (a shared one stays up)."""
+        if self._limited is not None:
+            self._limited.close()
 
     def __enter__(self) -> SerialEvaluator:
         return self
@@ -971,11 +995,13 @@ def make_evaluator(
     Parameters
     ----------
     workers : int
-        Worker processes on this machine (1: score in this process, no process is started).
+        Worker processes on this machine (1: score in this process, but for batches with a time
+        limit, which one worker process scores: see :class:`SerialEvaluator`).
     cluster : str, optional
         A Dask scheduler address or ``local:N`` (see :class:`DaskEvaluator`).
     timeout : float
-        Seconds per candidate (not enforced in this process, where nothing can stop it).
+        CPU seconds per candidate where workers score (a batch may give its own; with one
+        worker, only batches that give one are limited).
     shared : bool
         Worker processes kept for the life of this process, shared by every such evaluator
         (see :class:`ProcessPool`), rather than started for this one.
