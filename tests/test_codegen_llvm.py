@@ -3,6 +3,7 @@
 import collections
 import math
 import re
+import time
 
 import pytest
 import tvm
@@ -11,6 +12,7 @@ from tvm import s_tir, te
 from tuna import integration, machine
 from tuna.cpu import cache, codegen, ir_tier, loop_mapping, simulator
 from tuna.cpu.codegen import codegen_loops, register_buffers, tvm_unrolled
+from tuna.errors import AnalysisError
 from tuna.integration import analysis
 from tuna.integration.workloads import parse_tvmscript, tvm_target
 from tuna.ir import LoopKind, walk
@@ -731,3 +733,55 @@ def _model_fmas(mod: tvm.IRModule, preset: str) -> int:
 ])
 def test_the_model_unrolls_a_matmul_tile_as_llvm(rows, steps, inner_rows, fmas):
     assert _model_fmas(_matmul_tile(rows, steps, inner_rows), "graniterapids") == fmas
+
+
+def _minmax_chain(steps: int, rolled_row: bool = True, then: str = "max", rows: int = 8) -> tvm.IRModule:
+    """Per row j of ``rows``, ``steps`` unrolled updates acc[j] = max(acc[j], A[i, k * rows + j]),
+    then m = ``then``(m, acc[j]): the rfactored row maximum of a softmax. ``rolled_row``: the
+    j loop stays a loop (acc[j] at an address that varies), else it is unrolled too."""
+    final = {"max": "T.max(m[0], acc[j])", "add": "m[0] + acc[j]"}[then]
+    return parse_tvmscript(f'''
+# from tvm.script import tirx as T
+@T.prim_func(s_tir=True)
+def main(A: T.Buffer((64, 4096), "float32"), B: T.Buffer((64,), "float32")):
+    T.func_attr({{"tirx.noalias": True}})
+    acc = T.alloc_buffer(({rows},), "float32")
+    m = T.alloc_buffer((1,), "float32")
+    for i in T.parallel(64):
+        m[0] = T.float32(-3.0e38)
+        for j in {'range' if rolled_row else 'T.unroll'}({rows}):
+            acc[j] = T.float32(-3.0e38)
+            for k in T.unroll({steps}):
+                acc[j] = T.max(acc[j], A[i, k * {rows} + j])
+            m[0] = {final}
+        B[i] = m[0]
+''', "minmax_chain")
+
+
+def _compile_cpu_seconds(mod: tvm.IRModule) -> float:
+    start = time.process_time()
+    tvm.compile(mod, target=tvm_target(machine.preset("graniterapids")))
+    return time.process_time() - start
+
+
+@pytest.mark.parametrize(("rolled_row", "then", "rows"), [
+    (True, "max", 8), (True, "max", 16), (False, "max", 8), (True, "add", 8), (True, "max", 4)])
+def test_llvm_is_exponentially_slow_exactly_on_the_max_chains_the_model_counts(rolled_row, then, rows):
+    # Four more steps of a counted chain multiply LLVM's time by about 2 ** 4 (0.06 s -> 0.8 s
+    # on the Granite Rapids guest); the others compile in a few hundredths of a second.
+    short, long = _minmax_chain(18, rolled_row, then, rows), _minmax_chain(22, rolled_row, then, rows)
+    counted = codegen.minmax_chain(integration.kernel_from_module(long))
+    assert counted == (22 if rolled_row and then == "max" and rows > 4 else 0)
+    assert codegen.minmax_chain(integration.kernel_from_module(short)) == (18 if counted else 0)
+    growth = _compile_cpu_seconds(long) / max(_compile_cpu_seconds(short), 0.01)
+    assert growth > 4 if counted else growth < 2
+
+
+def test_the_full_tier_refuses_a_chain_llvm_would_take_minutes_on_without_compiling():
+    # 40 steps would keep LLVM busy for hours (0.8 s at 22 steps, doubling with each).
+    mod = _minmax_chain(40)
+    start = time.process_time()
+    with pytest.raises(AnalysisError, match=r"not compiled: .* chain of 40 max/min updates"):
+        analysis.estimate_module(mod, machine.preset("graniterapids"), "full")
+    assert time.process_time() - start < 5
+    assert analysis.estimate_module(mod, machine.preset("graniterapids"), "ir").seconds > 0

@@ -175,6 +175,9 @@ class Statement:
         such tests (a transposed convolution's input taps). Set only where these tests and
         their selects are every "cmp" of ``ops``; otherwise empty, and the conditions are
         only counted as "cmp".
+    minmax : int
+        Of the "add" operations, the floating-point ``max`` and ``min`` (LLVM makes each a
+        compare and a select, and analyses chains of them differently from sums).
     """
 
     name: str
@@ -182,6 +185,7 @@ class Statement:
     ops: tuple[tuple[str, int], ...]
     dtype_bytes: int = 4
     guards: tuple[tuple[Index, int], ...] = ()
+    minmax: int = 0
 
     def op_count(self, kind: str | None = None) -> int:
         """Operations per execution, of one class or all."""

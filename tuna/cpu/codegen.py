@@ -75,6 +75,69 @@ def tvm_unrolled(kernel: KernelIR) -> set[str]:
     return unrolled
 
 
+#: Length of an unrolled chain of floating-point ``max`` (or ``min``) updates of one element,
+#: whose result another ``max`` or ``min`` then takes (:func:`minmax_chain`), from which a
+#: candidate is not compiled. LLVM's optimiser (TVM 0.27, -O3, x86-64) takes time doubling
+#: with each step of such a chain: SFM:1's rfactored row maximum took 0.05 s at 16 steps,
+#: 1.3 s at 24, 5.2 s at 26, 20 s at 28 and 81 s at 30 (Granite Rapids guest, 2026-12-06);
+#: a 64-step chain ran past 600 CPU seconds. A sum in either place compiles in 0.05 s. From
+#: 30 steps a compile outlasts every limit tuna and MetaSchedule's builder set (5 to 30 s).
+SLOW_MINMAX_CHAIN = 30
+#: Bytes of a local buffer addressed by a rolled loop's variable up to which LLVM still keeps
+#: the buffer in a register (a chain into it then compiles as fast as a sum): rows of 2 and 4
+#: floats compiled in 0.03 s at 24 steps, rows of 8, 16 and 32 in 0.8 s (probes, TVM 0.27).
+MINMAX_REGISTER_ROW_BYTES = 16
+
+
+def minmax_chain(kernel: KernelIR) -> int:
+    """Longest unrolled chain of ``max``/``min`` updates of one element that LLVM's optimiser
+    is exponentially slow on (0: none; :data:`SLOW_MINMAX_CHAIN`).
+
+    A chain is a statement updating an element with a ``max`` or ``min`` of itself, repeated
+    by the loops TVM unrolls around it (:func:`tvm_unrolled`) that do not move the element,
+    up to the first loop left rolled; vectorized loops add lanes, not steps. Counted only
+    where that rolled loop moves the element within its buffer (the address is not a
+    constant in the unrolled code) over more than :data:`MINMAX_REGISTER_ROW_BYTES`, and a
+    ``max`` or ``min`` in the same rolled iteration reads the chain's result. Probes and
+    SFM candidates compiled otherwise (the element's address constant or in a row of 4
+    floats, the result read by a sum or read from a later loop through memory) take no
+    longer than a sum's chain.
+    """
+    unrolled = tvm_unrolled(kernel)
+    homes = {a.name: a.loop for a in kernel.allocations}
+    found = list(walk(kernel.body))
+    longest = 0
+    for stmt, loops in found:
+        store = next((a for a in stmt.accesses if a.write), None)
+        if not stmt.minmax or store is None or not any(
+                not a.write and a.buffer == store.buffer and a.indices == store.indices for a in stmt.accesses):
+            continue
+        steps, rolled = 1, None
+        for pos in range(len(loops) - 1, -1, -1):
+            lp = loops[pos]
+            if lp.kind == LoopKind.VECTORIZED:
+                continue
+            if lp.var not in unrolled:
+                rolled = pos
+                break
+            if not stmt.stores_vary_with(lp.var):
+                steps *= lp.extent
+        # The rolled loop must move the element inside its allocation: a buffer allocated in
+        # (or outside) the loop itself is addressed by constants once the body is unrolled.
+        if steps <= longest or rolled is None or below_home(
+                loops, homes if store.buffer in homes else None, store.buffer) > rolled:
+            continue
+        row = loops[rolled]
+        if row.extent * abs(store.byte_stride(row.var)) <= MINMAX_REGISTER_ROW_BYTES:
+            continue
+        if any(other is not stmt and other.minmax
+               and any(not a.write and a.buffer == store.buffer for a in other.accesses)
+               and any(lp.var == row.var for lp in around)
+               for other, around in found):
+            longest = steps
+    return longest
+
+
 def unrolled_loops(loops: tuple[Loop, ...], tvm: frozenset[str] | None = None) -> set[str]:
     """Variables of loops that TVM or LLVM unrolls.
 

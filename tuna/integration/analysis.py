@@ -60,6 +60,19 @@ def object_code(rt_mod: Any) -> bytes:
         return Path(path).read_bytes()
 
 
+def refuse_slow_compile(kernel: ir.KernelIR) -> None:
+    """AnalysisError, instead of a compile, for a candidate whose compile LLVM's optimiser would
+    spend minutes on (:func:`tuna.cpu.codegen.minmax_chain`)."""
+    from ..cpu import codegen
+
+    chain = codegen.minmax_chain(kernel)
+    if chain >= codegen.SLOW_MINMAX_CHAIN:
+        raise AnalysisError(
+            f"not compiled: LLVM's optimiser would take minutes on its unrolled chain of {chain} max/min "
+            f"updates of one element that another max/min reads (its time doubles with each step)"
+        )
+
+
 def kernel_with_code(mod: tvm.IRModule, machine: Machine, objects: Sequence[bytes] | None = None) -> ir.KernelIR:
     """The kernel IR of ``mod`` with its generated machine code attached (the CPU full tier's input).
 
@@ -72,6 +85,7 @@ def kernel_with_code(mod: tvm.IRModule, machine: Machine, objects: Sequence[byte
     if machine.kind != "cpu":
         raise AnalysisError(f"the full tier analyses CPU code; {machine.name} is a {machine.kind}")
     if objects is None:
+        refuse_slow_compile(kernel)
         objects = compile_objects(mod, machine)
     return dataclasses.replace(kernel, code=disassembly.kernel_code(objects))
 

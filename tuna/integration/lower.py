@@ -448,6 +448,7 @@ class _Extractor:
             ops=ops,
             dtype_bytes=dtype_bytes(_ty(store.value)),
             guards=self._guards(nodes, env, dict(ops).get("cmp", 0)),
+            minmax=sum(1 for e in nodes if isinstance(e, (tirx.Max, tirx.Min)) and "float" in _ty(e)),
         )
 
     def _guards(self, nodes, env, cmps: int) -> tuple[tuple[ir.Index, int], ...]:

@@ -17,7 +17,10 @@ from tvm.s_tir.meta_schedule.builder import BuilderResult, LocalBuilder, PyBuild
 from tvm.s_tir.meta_schedule.builder.local_builder import default_build, default_export
 
 from ... import profile
+from ...errors import AnalysisError
+from ..analysis import refuse_slow_compile
 from ..intrinsics import load_tensor_intrinsics
+from ..lower import kernel_from_module
 from ..runner import SIDECAR, Predictions, structural_key
 from ..work_dir import WorkDirError, check_scratch
 
@@ -47,10 +50,22 @@ def _tuna_build(cpu_seconds: float, mod: tvm.IRModule, target, params):
     resource.setrlimit(resource.RLIMIT_CPU, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
     _BUILT[os.getpid()] = (mod.script(), soft)
     try:
+        if target.kind.name == "llvm":
+            _refuse_slow_compile(mod)
         return default_build(mod, target, params)
     except BaseException:
         _unlimit(_BUILT.pop(os.getpid()))
         raise
+
+
+def _refuse_slow_compile(mod: tvm.IRModule) -> None:
+    """Fail the build at once where LLVM would spend minutes on it
+    (:func:`~tuna.integration.analysis.refuse_slow_compile`); a module tuna cannot read is built."""
+    try:
+        kernel = kernel_from_module(mod)
+    except AnalysisError:
+        return
+    refuse_slow_compile(kernel)
 
 
 def _unlimit(built: tuple[str, int]) -> None:
