@@ -61,15 +61,15 @@ def object_code(rt_mod: Any) -> bytes:
 
 
 def refuse_slow_compile(kernel: ir.KernelIR) -> None:
-    """AnalysisError, instead of a compile, for a candidate whose compile LLVM's optimiser would
-    spend minutes on (:func:`tuna.cpu.codegen.minmax_chain`)."""
+    """AnalysisError for a CPU candidate whose compile LLVM's optimiser would spend minutes on
+    (:func:`tuna.cpu.codegen.minmax_chain`): no builder finishes it, so it is no candidate."""
     from ..cpu import codegen
 
     chain = codegen.minmax_chain(kernel)
     if chain >= codegen.SLOW_MINMAX_CHAIN:
         raise AnalysisError(
-            f"not compiled: LLVM's optimiser would take minutes on its unrolled chain of {chain} max/min "
-            f"updates of one element that another max/min reads (its time doubles with each step)"
+            f"refused: LLVM would take minutes to compile it (an unrolled chain of {chain} max/min updates "
+            f"of one element that another max/min reads; its time doubles with each step)"
         )
 
 
@@ -121,6 +121,8 @@ def estimate_module(mod: tvm.IRModule, machine: Machine, tier: str = "ir") -> Es
             kernel = _WITH_CODE[machine.kind](mod, machine)
         else:
             kernel = kernel_from_module(mod)
+            if machine.kind == "cpu":  # what the full tier and the builders refuse is no candidate here either
+                refuse_slow_compile(kernel)
         return tiers.analyze(kernel, machine, tier)
     except TunaError:
         raise
