@@ -767,19 +767,22 @@ def _compile_cpu_seconds(mod: tvm.IRModule) -> float:
 @pytest.mark.parametrize(("rolled_row", "then", "rows"), [
     (True, "max", 8), (True, "max", 16), (False, "max", 8), (True, "add", 8), (True, "max", 4)])
 def test_llvm_is_exponentially_slow_exactly_on_the_max_chains_the_model_counts(rolled_row, then, rows):
-    # Four more steps of a counted chain multiply LLVM's time by about 2 ** 4 (0.06 s -> 0.8 s
+    # Four more steps of a counted chain multiply LLVM's time by about 2 ** 4 (0.02 s -> 0.22 s
     # on the Granite Rapids guest); the others compile in a few hundredths of a second.
     short, long = _minmax_chain(18, rolled_row, then, rows), _minmax_chain(22, rolled_row, then, rows)
     counted = codegen.minmax_chain(integration.kernel_from_module(long))
     assert counted == (22 if rolled_row and then == "max" and rows > 4 else 0)
     assert codegen.minmax_chain(integration.kernel_from_module(short)) == (18 if counted else 0)
-    growth = _compile_cpu_seconds(long) / max(_compile_cpu_seconds(short), 0.01)
-    assert growth > 4 if counted else growth < 2
+    short_s, long_s = _compile_cpu_seconds(short), _compile_cpu_seconds(long)
+    if counted:
+        assert long_s / max(short_s, 0.01) > 4
+    else:
+        assert long_s < 2 * max(short_s, 0.05)
 
 
 @pytest.mark.parametrize("tier", ["full", "ir"])
 def test_both_tiers_refuse_a_chain_llvm_would_take_minutes_on_without_compiling(tier):
-    # 40 steps would keep LLVM busy for hours (0.8 s at 22 steps, doubling with each); 29 are
+    # 40 steps would keep LLVM busy for hours (0.8 s at 24 steps, doubling with each); 29 are
     # analysed (the IR tier does not compile).
     gnr = machine.preset("graniterapids")
     start = time.process_time()
