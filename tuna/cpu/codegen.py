@@ -89,6 +89,15 @@ SLOW_MINMAX_CHAIN = 30
 MINMAX_REGISTER_ROW_BYTES = 16
 
 
+def _minmax_update(stmt: Statement) -> Access | None:
+    """The store of a statement that updates an element with a ``max`` or ``min`` of itself (else None)."""
+    store = next((a for a in stmt.accesses if a.write), None)
+    if not stmt.minmax or store is None:
+        return None
+    reads_itself = any(not a.write and a.buffer == store.buffer and a.indices == store.indices for a in stmt.accesses)
+    return store if reads_itself else None
+
+
 def minmax_chain(kernel: KernelIR) -> int:
     """Longest unrolled chain of ``max``/``min`` updates of one element that LLVM's optimiser
     is exponentially slow on (0: none; :data:`SLOW_MINMAX_CHAIN`).
@@ -103,15 +112,14 @@ def minmax_chain(kernel: KernelIR) -> int:
     floats, the result read by a sum or read from a later loop through memory) take no
     longer than a sum's chain.
     """
+    found = list(walk(kernel.body))
+    updates = [(stmt, loops, store) for stmt, loops in found if (store := _minmax_update(stmt)) is not None]
+    if not updates:  # most kernels: nothing more to walk on the IR tier's path
+        return 0
     unrolled = tvm_unrolled(kernel)
     homes = {a.name: a.loop for a in kernel.allocations}
-    found = list(walk(kernel.body))
     longest = 0
-    for stmt, loops in found:
-        store = next((a for a in stmt.accesses if a.write), None)
-        if not stmt.minmax or store is None or not any(
-                not a.write and a.buffer == store.buffer and a.indices == store.indices for a in stmt.accesses):
-            continue
+    for stmt, loops, store in updates:
         steps, rolled = 1, None
         for pos in range(len(loops) - 1, -1, -1):
             lp = loops[pos]
@@ -124,8 +132,7 @@ def minmax_chain(kernel: KernelIR) -> int:
                 steps *= lp.extent
         # The rolled loop must move the element inside its allocation: a buffer allocated in
         # (or outside) the loop itself is addressed by constants once the body is unrolled.
-        if steps <= longest or rolled is None or below_home(
-                loops, homes if store.buffer in homes else None, store.buffer) > rolled:
+        if steps <= longest or rolled is None or below_home(loops, homes, store.buffer) > rolled:
             continue
         row = loops[rolled]
         if row.extent * abs(store.byte_stride(row.var)) <= MINMAX_REGISTER_ROW_BYTES:
