@@ -109,6 +109,11 @@ def test_every_task_of_the_networks_has_a_family():
     assert families["resnext/fused_conv2d3_add2_relu1"] == "group_conv2d"
     assert families["resnext/fused_conv2d8_add5_relu3"] == "group_conv2d"
     assert families["resnext/fused_conv2d2_add2_relu1"] == "conv2d"
+    # ShuffleNetV2: depthwise convolutions of 24 and 58 channels without ReLU, the channel shuffle
+    assert families["shufflenet/fused_conv2d1_add1"] == "depthwise"
+    assert families["shufflenet/fused_conv2d6_add2"] == "depthwise"
+    assert families["shufflenet/fused_conv2d5_add2_relu1"] == "conv2d"
+    assert families["shufflenet/fused_concatenate_reshape_transpose_reshape1_split"] == "layout"
 
 
 def test_pools_carry_their_family_and_machine():

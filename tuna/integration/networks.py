@@ -1,7 +1,8 @@
-"""Whole networks for ``tuna bench network``: ResNet-18, ResNet-50, MobileNetV2, one
-encoder layer of BERT-base and of BERT-large, a one-layer ViT, one Llama-style decoder
-layer, one GPT-2 decoder layer, Whisper-tiny's audio encoder cut to one layer and ConvNeXt-T's
-first stage, batch 1.
+"""Whole networks for ``tuna bench network`` and ``tuna tune``, batch 1: ResNet-18, ResNet-50,
+MobileNetV2, one encoder layer of BERT-base and of BERT-large, a one-layer ViT, one Llama-style
+decoder layer, one GPT-2 decoder layer, and networks cut to their first stages (ResNeXt-50,
+Whisper-tiny's audio encoder, ConvNeXt-T, EfficientNet-B0, YOLOv8n's backbone, ShuffleNetV2);
+:data:`NETWORKS` lists them.
 
 Each network is written once, against a small set of tensor operations (:class:`RelaxOps`
 builds a TVM Relax module; :class:`TorchOps` runs PyTorch eagerly with the same weights),
@@ -503,6 +504,41 @@ def _yolov8n_backbone(ops: Any, x: Any, weights: _Weights) -> Any:
     return conv(ops.concat([y, p1, p2, p3]), 128, 64, 1)
 
 
+def _shufflenet_v2_stage2(ops: Any, x: Any, weights: _Weights, classes: int = 1000) -> Any:
+    """ShuffleNetV2 1.0x (Ma et al., 2018) cut to its stem, first stage and the classifier, batch
+    norm folded: a 3x3 stride-2 convolution to 24 channels with ReLU and a 3x3 stride-2 max pool
+    (to 56x56), then stage 2's four units at 116 channels (28x28), then the mean over the image
+    and a dense layer from 116 channels.
+
+    A unit's branch is a 1x1 convolution with ReLU, a 3x3 depthwise convolution (no ReLU) and a
+    1x1 convolution with ReLU, at 58 channels. The first unit (stride 2) feeds its whole input to
+    that branch and to a second one (a 3x3 stride-2 depthwise convolution, then a 1x1 convolution
+    with ReLU); the others split the channels in two halves and run the branch on the second.
+    Each unit concatenates its two halves and shuffles the channels (two groups interleaved:
+    reshape, transpose, reshape), as torchvision's implementation does. The 24, 58 and 116
+    channels give the convolutions widths that are not a multiple of 8 or 16.
+    """
+    conv = functools.partial(_conv, ops, weights)
+    width, side = 116, 28
+    half = width // 2
+
+    def shuffle(t):
+        t = ops.transpose(ops.reshape(t, (1, 2, half, side, side)), (0, 2, 1, 3, 4))
+        return ops.reshape(t, (1, width, side, side))
+
+    def branch(t, cin, stride):
+        t = conv(ops.relu(conv(t, cin, half, 1)), half, half, 3, stride, groups=half)
+        return ops.relu(conv(t, half, half, 1))
+
+    y = ops.max_pool(ops.relu(conv(x, 3, 24, 3, 2)), 3, 2, 1)  # (1, 24, 56, 56)
+    left = ops.relu(conv(conv(y, 24, 24, 3, 2, groups=24), 24, half, 1))
+    y = shuffle(ops.concat([left, branch(y, 24, 2)]))
+    for _ in range(3):
+        a, b = ops.split(y, 2)
+        y = shuffle(ops.concat([a, branch(b, half, 1)]))
+    return _dense(ops, weights, ops.flatten(ops.global_avg_pool(y), width), width, classes)
+
+
 @dataclass(frozen=True)
 class Network:
     """A network tuna can build: its input and how to write it against the operations.
@@ -555,6 +591,9 @@ NETWORKS: dict[str, Network] = {
         Network("yolo", "YOLOv8n's backbone cut to its first three stages (a C2f block at 32 channels) and an "
                 "SPPF block at 64 channels; batch 1, 3x320x320, random weights", (1, 3, 320, 320),
                 _yolov8n_backbone),
+        Network("shufflenet", "ShuffleNetV2 1.0x cut to its stem, stage 2 (four units at 116 channels, "
+                "channel shuffles) and the classifier; batch 1, 3x224x224, random weights", (1, 3, 224, 224),
+                _shufflenet_v2_stage2),
     )
 }
 
