@@ -409,6 +409,23 @@ def test_gathers_take_the_load_pipes_for_their_measured_time(preset):
     assert added + alone <= beside <= beside_max
 
 
+def test_zen4_broadcast_loads_beside_fmas_take_no_fma_pipe():
+    # scripts/microbench/broadcast_loads.zen4.txt: 32 independent 512-bit FMAs a step take 31.9-33.0
+    # cycles, and as many with 16 VBROADCASTSS zmm, m32 beside them (31.7-32.0), or with every FMA's
+    # multiplier a {1to16} memory operand (31.8-32.1): a broadcast from memory is a load only.
+    zen4 = machine.preset("zen4")
+    fmas = [_fma_x86(i % 8) for i in range(32)]
+    broadcasts = [_ins(f"vbroadcastss zmm{16 + i % 2}, dword ptr [rsi + {4 * i}]", ("rsi",), (f"zmm{16 + i % 2}",))
+                  for i in range(16)]
+    alone = simulator.simulate(fmas, zen4).cycles
+    beside = simulator.simulate([*fmas[:8], *broadcasts[:8], *fmas[8:16], *broadcasts[8:], *fmas[16:]], zen4).cycles
+    embedded = [_ins(f"vfmadd231ps zmm{i % 8}, zmm31, dword ptr [rsi + {4 * (i % 8)}]{{1to16}}",
+                     (f"zmm{i % 8}", "zmm31", "rsi"), (f"zmm{i % 8}",)) for i in range(32)]
+    assert 30 <= alone <= 34
+    assert beside == pytest.approx(alone, abs=2)
+    assert simulator.simulate(embedded, zen4).cycles == pytest.approx(alone, abs=2)
+
+
 def test_a_preset_whose_data_file_gives_no_gather_timing_keeps_one_vector_loads():
     # Sapphire Rapids' file (which emeraldrapids' is based on) and Skylake-SP's have none.
     for preset in ("skylake-avx512", "sapphirerapids"):
