@@ -247,6 +247,34 @@ def test_collect_writes_a_pool_that_loads_and_ranks(tmp_path, capsys):
     assert "re-timing" in err and "secs_b" in err
 
 
+@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="x86-64 targets")
+def test_retime_times_a_pool_again_and_keeps_the_earlier_timings(tmp_path, capsys):
+    here = bench.machine_info()
+    preset = bench.preset_of(here)
+    if preset is None:
+        pytest.skip("this CPU is no preset's")
+    nrm = next(p for p in bench.shipped_pools() if p.name == "NRM-0.json")
+    data = json.loads(nrm.read_text())  # a small pool's first two candidates
+    data["candidates"] = data["candidates"][:2]
+    data["target"] = dict(presets()[preset].target)
+    data["machine"] = here
+    src, out = tmp_path / "pool.json", tmp_path / "retimed.json.gz"
+    src.write_text(json.dumps(data))
+    assert cli.main(["bench", "retime", str(src), "-o", str(out)]) == 0
+    new = bench.pools.read_json(out, "pool", bench.PoolError)
+    assert [c["earlier_secs"] for c in new["candidates"]] == [[c["secs_a"], c["secs_b"]] for c in data["candidates"]]
+    assert all(c["secs_a"] > 0 and c["secs_b"] > 0 for c in new["candidates"])
+    assert [c["tuner_secs"] for c in new["candidates"]] == [c["tuner_secs"] for c in data["candidates"]]
+    assert new["retimed"][0]["machine"]["cpu_family"] == here["cpu_family"] and len(bench.load_pool(out)) == 2
+    assert "timed again" in capsys.readouterr().out
+    # A pool another machine measured is not timed here: its timings would mix two machines'.
+    data["machine"] = {**here, "model_name": "Some Other CPU", "cpu_family": "99", "cpu_model": "1"}
+    data.pop("preset", None)
+    src.write_text(json.dumps(data))
+    assert cli.main(["bench", "retime", str(src), "-o", str(tmp_path / "no.json")]) == 2
+    assert "mix two machines" in capsys.readouterr().err and not (tmp_path / "no.json").exists()
+
+
 @pytest.mark.slow
 def test_bench_tune_times_every_pick_and_the_pools_best_here(tmp_path, capsys):
     out = tmp_path / "tune.json"

@@ -34,10 +34,14 @@ import re
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import machine as machines
 from .errors import TunaError
 from .tiers import TIERS
+
+if TYPE_CHECKING:
+    from .bench import Pool
 
 
 def _profile_lines(result, before: float, spent: float) -> list[str]:
@@ -555,6 +559,40 @@ def _bench_collect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_retime(args: argparse.Namespace) -> int:
+    from . import bench
+    from .integration import measure
+
+    _quiet_tvm()
+    out = _check_output(args.output)
+    pool = bench.load_pool(args.pool)  # a file that is no pool fails before anything is timed
+    data = bench.pools.read_json(args.pool, "pool", bench.PoolError)
+    here = bench.machine_info()
+    if pool.machine and bench.machine_key(pool.machine) != bench.machine_key(here):
+        raise TunaError(f"{args.pool} was measured on {bench.machine_key(pool.machine)} and this machine is "
+                        f"{bench.machine_key(here)}: timing it here would mix two machines' timings in one pool")
+    mach = measure.check_runnable(dict(pool.target), args.machine)
+    _stderr(f"== tuna bench retime {args.pool} on this machine ({mach.name}): {len(data['candidates'])} candidates")
+    new = measure.retime_pool(data, mach, seed=args.seed, progress=_stderr)
+    new["retimed"] = [*data.get("retimed", []),
+                      {"when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": here}]
+    loaded = bench.write_pool(out, new)
+    old = bench.load_pool(data)
+    print(f"wrote {out}: {len(loaded)} candidates timed again ({loaded.failed} failed); "
+          f"best {loaded.secs_a.min() * 1e6:,.1f} us (was {old.secs_a.min() * 1e6:,.1f} us); "
+          f"the two timings now differ by a median of "
+          f"{_median_gap(loaded):.1%} (was {_median_gap(old):.1%})")
+    return 0
+
+
+def _median_gap(pool: Pool) -> float:
+    """Median relative difference between a pool's two timings of each candidate."""
+    import numpy as np
+
+    both = np.isfinite(pool.secs_b)
+    return float(np.median(np.abs(pool.secs_b[both] / pool.secs_a[both] - 1))) if both.any() else float("nan")
+
+
 def _bench_gpu_bundle(args: argparse.Namespace) -> int:
     from . import integration
     from .bench import gpu_collect
@@ -1034,6 +1072,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--work-dir", help="MetaSchedule's work directory (default: beside the output)")
     p.add_argument("--output", "-o", required=True, help="pool JSON file to write (.json.gz: gzipped)")
     p.set_defaults(func=_bench_collect)
+
+    p = bench_sub.add_parser("retime", help="time a measured pool's candidates again on this machine (the pool's "
+                                            "machine kind), keeping the earlier timings")
+    p.add_argument("pool", help="a measured pool (tuna bench collect)")
+    p.add_argument("--output", "-o", required=True, help="pool file to write (.json.gz: gzipped; may be the input)")
+    p.add_argument("--machine", help="preset to model when the target has no data file")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random input data (default 0, as collect)")
+    p.set_defaults(func=_bench_retime)
 
     p = bench_sub.add_parser("gpu-bundle", help="candidates of workloads as CUDA kernels, to time on a GPU machine "
                                                 "(gpu-time) that needs no TVM")

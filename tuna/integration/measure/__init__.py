@@ -1,8 +1,9 @@
 """Real measurement on this machine, and the benchmark scorers: what tuna is judged by.
 
 - :mod:`.timing`: can a target run here; timing schedules as the shipped pools were timed;
-- :mod:`.measured_tuning`: MetaSchedule's tuner with real measurement, pool collection,
-  tuna's offline tuning against it (``tuna bench collect``, ``tuna bench tune``);
+- :mod:`.measured_tuning`: MetaSchedule's tuner with real measurement, pool collection and
+  re-timing, tuna's offline tuning against it (``tuna bench collect``, ``tuna bench retime``,
+  ``tuna bench tune``);
 - :mod:`.whole_networks`: whole networks tuned and timed (``tuna bench network``);
 - :mod:`.hybrid`: tuning with few measurements compared (``tuna bench hybrid``);
 - :mod:`.gpu_bundle`: candidates lowered to CUDA kernels for timing on a GPU machine
@@ -21,6 +22,7 @@ from .measured_tuning import (
     compare_tuning,
     measuring_builder_runner,
     quiet_metaschedule,
+    retime_pool,
     tune_measured,
 )
 from .scorers import pool_features, pool_module, xgb_scores
@@ -70,6 +72,7 @@ __all__ = [
     "pool_module",
     "quiet_metaschedule",
     "report",
+    "retime_pool",
     "time_interleaved",
     "time_schedule",
     "tune_measured",

@@ -6,6 +6,7 @@
 - :func:`shortlist_pool`: every candidate a tuna run predicted, timed after the run and
   written as such a pool (``tuna bench tune --shortlists``);
 - :func:`retime`: the re-timing both share (builds, then times each candidate twice);
+- :func:`retime_pool`: a measured pool's candidates timed again here (``tuna bench retime``);
 - :func:`compare_tuning`: tuna's offline tuning against measured tuning, at equal wall-clock
   budget and at full budget (``tuna bench tune``).
 
@@ -273,6 +274,39 @@ def retime(
                 report(progress, f"  {label}: {i + 1}/{len(timers)} timed")
         secs[label] = values
     return secs
+
+
+def retime_pool(data: dict[str, Any], target: Any, *, machine: str | None = None, seed: int = 0,
+                progress: Progress = None) -> dict[str, Any]:
+    """A measured pool with every candidate timed twice again here (:func:`retime`).
+
+    For timings a busy machine disturbed: the new ``secs_a`` and ``secs_b`` replace the old,
+    which each candidate keeps as ``earlier_secs`` ([a, b]), so nothing measured is lost. The
+    MetaSchedule tuner's own timing (``tuner_secs``) stays as it was. The caller checks that
+    this is the machine the pool was measured on and records the re-timing.
+
+    Raises
+    ------
+    WorkloadError
+        When the pool's module does not parse.
+    MeasureError
+        When the target cannot run here.
+    """
+    from ..workloads import parse_tvmscript
+
+    mod = parse_tvmscript(data["mod"], f"the module of pool {data.get('workload')}")
+    mach = check_runnable(target, machine)
+    cands = data["candidates"]
+    # A candidate that never ran (no first timing) stays failed; the others are built again.
+    traces = [c["trace"] if c.get("secs_a") is not None else None for c in cands]
+    report(progress, f"re-timing {sum(t is not None for t in traces)} of {len(cands)} candidates twice")
+    secs = retime(mod, traces, mach, seed=seed, progress=progress, what=str(data.get("workload")))
+    out = dict(data)
+    out["candidates"] = [
+        {**c, "secs_a": a, "secs_b": b, "earlier_secs": [c.get("secs_a"), c.get("secs_b")]}
+        for c, a, b in zip(cands, secs["secs_a"], secs["secs_b"])
+    ]
+    return out
 
 
 # ---------------------------------------------------------------------------------------
