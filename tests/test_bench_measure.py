@@ -262,7 +262,7 @@ def test_retime_times_a_pool_again_and_keeps_the_earlier_timings(tmp_path, capsy
     src.write_text(json.dumps(data))
     assert cli.main(["bench", "retime", str(src), "-o", str(out)]) == 0
     new = bench.pools.read_json(out, "pool", bench.PoolError)
-    assert [c["earlier_secs"] for c in new["candidates"]] == [[c["secs_a"], c["secs_b"]] for c in data["candidates"]]
+    assert [c["earlier_secs"] for c in new["candidates"]] == [[[c["secs_a"], c["secs_b"]]] for c in data["candidates"]]
     assert all(c["secs_a"] > 0 and c["secs_b"] > 0 for c in new["candidates"])
     assert [c["tuner_secs"] for c in new["candidates"]] == [c["tuner_secs"] for c in data["candidates"]]
     assert new["retimed"][0]["machine"]["cpu_family"] == here["cpu_family"] and len(bench.load_pool(out)) == 2

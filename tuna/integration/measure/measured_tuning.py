@@ -281,7 +281,8 @@ def retime_pool(data: dict[str, Any], target: Any, *, machine: str | None = None
     """A measured pool with every candidate timed twice again here (:func:`retime`).
 
     For timings a busy machine disturbed: the new ``secs_a`` and ``secs_b`` replace the old,
-    which each candidate keeps as ``earlier_secs`` ([a, b]), so nothing measured is lost. The
+    which each candidate keeps in ``earlier_secs`` (its earlier [a, b] pairs, oldest first), so
+    nothing measured is lost. The
     MetaSchedule tuner's own timing (``tuner_secs``) stays as it was. The caller checks that
     this is the machine the pool was measured on and records the re-timing.
 
@@ -303,7 +304,8 @@ def retime_pool(data: dict[str, Any], target: Any, *, machine: str | None = None
     secs = retime(mod, traces, mach, seed=seed, progress=progress, what=str(data.get("workload")))
     out = dict(data)
     out["candidates"] = [
-        {**c, "secs_a": a, "secs_b": b, "earlier_secs": [c.get("secs_a"), c.get("secs_b")]}
+        {**c, "secs_a": a, "secs_b": b,
+         "earlier_secs": [*c.get("earlier_secs", []), [c.get("secs_a"), c.get("secs_b")]]}
         for c, a, b in zip(cands, secs["secs_a"], secs["secs_b"])
     ]
     return out
