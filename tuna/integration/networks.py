@@ -515,8 +515,8 @@ def _shufflenet_v2_stage2(ops: Any, x: Any, weights: _Weights, classes: int = 10
     that branch and to a second one (a 3x3 stride-2 depthwise convolution, then a 1x1 convolution
     with ReLU); the others split the channels in two halves and run the branch on the second.
     Each unit concatenates its two halves and shuffles the channels (two groups interleaved:
-    reshape, transpose, reshape), as torchvision's implementation does. The 24, 58 and 116
-    channels give the convolutions widths that are not a multiple of 8 or 16.
+    reshape, transpose, reshape), as torchvision's implementation does. The convolutions' widths
+    of 24, 58 and 116 channels are not multiples of 16 (58 and 116 not even of 8).
     """
     conv = functools.partial(_conv, ops, weights)
     width, side = 116, 28
