@@ -11,6 +11,7 @@ logs, the built candidates) and in temporary folders.
 ``tuna bench rank [POOLS]``          ranking quality on measured pools, beside the baselines (table, JSON, PNG)
 ``tuna bench tasks NETWORK``         a network's tuning tasks and their operator families
 ``tuna bench collect WORKLOAD``      measure a new pool on this machine (MetaSchedule + re-timing)
+``tuna bench retime POOL -o OUT``    time a measured pool's candidates again here, keeping the earlier timings
 ``tuna bench tune WORKLOADS``        offline tuning with tuna against measured tuning, picks timed here
 ``tuna bench network``               whole networks: tuna, MetaSchedule, untuned and PyTorch, timed here
 ``tuna bench hybrid [WORKLOADS]``    tuning with few measurements: trials each tuner needs to MetaSchedule's best
