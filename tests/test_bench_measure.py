@@ -269,7 +269,6 @@ def test_retime_times_a_pool_again_and_keeps_the_earlier_timings(tmp_path, capsy
     assert "timed again" in capsys.readouterr().out
     # A pool another machine measured is not timed here: its timings would mix two machines'.
     data["machine"] = {**here, "model_name": "Some Other CPU", "cpu_family": "99", "cpu_model": "1"}
-    data.pop("preset", None)
     src.write_text(json.dumps(data))
     assert cli.main(["bench", "retime", str(src), "-o", str(tmp_path / "no.json")]) == 2
     assert "mix two machines" in capsys.readouterr().err and not (tmp_path / "no.json").exists()

@@ -282,9 +282,9 @@ def retime_pool(data: dict[str, Any], target: Any, *, machine: str | None = None
 
     For timings a busy machine disturbed: the new ``secs_a`` and ``secs_b`` replace the old,
     which each candidate keeps in ``earlier_secs`` (its earlier [a, b] pairs, oldest first), so
-    nothing measured is lost. The
-    MetaSchedule tuner's own timing (``tuner_secs``) stays as it was. The caller checks that
-    this is the machine the pool was measured on and records the re-timing.
+    nothing measured is lost. The MetaSchedule tuner's own timing (``tuner_secs``) stays as it
+    was. The caller checks that this is the machine the pool was measured on and records the
+    re-timing.
 
     Raises
     ------
