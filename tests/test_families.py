@@ -114,6 +114,9 @@ def test_every_task_of_the_networks_has_a_family():
     assert families["shufflenet/fused_conv2d6_add2"] == "depthwise"
     assert families["shufflenet/fused_conv2d5_add2_relu1"] == "conv2d"
     assert families["shufflenet/fused_concatenate_reshape_transpose_reshape1_split"] == "layout"
+    # MnasNet: 5x5 depthwise convolutions, a projection that adds the residual
+    assert families["mnasnet/fused_conv2d9_add7_relu4"] == "depthwise"
+    assert families["mnasnet/fused_conv2d13_add8_add10"] == "conv2d"
 
 
 def test_pools_carry_their_family_and_machine():

@@ -539,6 +539,29 @@ def _shufflenet_v2_stage2(ops: Any, x: Any, weights: _Weights, classes: int = 10
     return _dense(ops, weights, ops.flatten(ops.global_avg_pool(y), width), width, classes)
 
 
+def _mnasnet_stages123(ops: Any, x: Any, weights: _Weights) -> Any:
+    """MnasNet-A1 as torchvision builds it (``mnasnet1_0``; Tan et al., 2019), batch norm folded,
+    cut to its stem and first three stages: a 3x3 stride-2 convolution to 32 channels with ReLU, a
+    separable block (3x3 depthwise with ReLU, 1x1 projection to 16), then three inverted residual
+    blocks to 24 channels (expansion 3, 3x3 depthwise, the first at stride 2) and three to 40
+    (expansion 3, 5x5 depthwise, the first at stride 2), ReLU after expansion and depthwise, a
+    residual where a block keeps its size. Output (1, 40, 28, 28).
+    """
+    conv = functools.partial(_conv, ops, weights)
+    y = ops.relu(conv(x, 3, 32, 3, 2))
+    y = conv(ops.relu(conv(y, 32, 32, 3, 1, groups=32)), 32, 16, 1, 1)
+    cin = 16
+    for cout, k in ((24, 3), (40, 5)):
+        for i in range(3):
+            stride = 2 if i == 0 else 1
+            hidden = cin * 3
+            z = ops.relu(conv(y, cin, hidden, 1, 1))
+            z = conv(ops.relu(conv(z, hidden, hidden, k, stride, groups=hidden)), hidden, cout, 1, 1)
+            y = ops.add(z, y) if stride == 1 else z
+            cin = cout
+    return y
+
+
 @dataclass(frozen=True)
 class Network:
     """A network tuna can build: its input and how to write it against the operations.
@@ -594,6 +617,9 @@ NETWORKS: dict[str, Network] = {
         Network("shufflenet", "ShuffleNetV2 1.0x cut to its stem, stage 2 (four units at 116 channels, "
                 "channel shuffles) and the classifier; batch 1, 3x224x224, random weights", (1, 3, 224, 224),
                 _shufflenet_v2_stage2),
+        Network("mnasnet", "MnasNet-A1 (torchvision's mnasnet1_0) cut to its stem and first three stages (24 and "
+                "40 channels; 3x3 and 5x5 depthwise convolutions); batch 1, 3x224x224, random weights",
+                (1, 3, 224, 224), _mnasnet_stages123),
     )
 }
 
