@@ -212,6 +212,51 @@ def test_strided_reads_keep_loops_rolled_and_wide_odd_ones_are_rebuilt_per_copy_
         assert built <= 3 * width and feats[2]["lane_shuffles"] == distinct
 
 
+def _copied_row(width: int, stride: int, rows: int) -> tvm.IRModule:
+    """A row copied into a buffer allocated in each iteration of ``p`` (``rows`` rows of it: one
+    fits the stack, 16 do not), then four output rows of a 3-tap filter over it, read at
+    ``stride`` as TVM vectors of ``width`` lanes (a padding stage placed inside a stride-2
+    convolution)."""
+    size = stride * width + 2
+    return parse_tvmscript(f'''
+# from tvm.script import tirx as T
+@T.prim_func(s_tir=True)
+def main(A: T.Buffer((8, {rows}, {size}), "float32"), B: T.Buffer((4, 3), "float32"),
+         C: T.Buffer((8, 4, {width}), "float32")):
+    T.func_attr({{"tirx.noalias": True}})
+    for p in range(8):
+        with T.sblock("row"):
+            L = T.sblock_alloc_buffer(({rows}, {size}), "float32")
+            for q in range({rows}):
+                for i in T.vectorized({size}):
+                    with T.sblock("l"):
+                        L[q, i] = A[p, q, i]
+            for r in range(3):
+                for f in T.unroll(4):
+                    for v in T.vectorized({width}):
+                        with T.sblock("u"):
+                            C[p, f, v] = C[p, f, v] + L[0, {stride} * v + r] * B[f, r]
+''', "copied_row")
+
+
+@pytest.mark.parametrize(("preset", "width", "stride"),
+                         [("zen4", 16, 2), ("zen4", 16, 3), ("zen4", 14, 2), ("zen3", 8, 3)])
+def test_strided_reads_of_a_stack_buffer_are_loaded_whole_and_permuted_as_in_llvm(preset, width, stride):
+    mach = machine.preset(preset)
+    code, shuffles = {}, {}
+    for rows in (1, 16):  # 1: a stack array (LLVM knows its size); 16: a workspace allocation
+        mod = _copied_row(width, stride, rows)
+        kernel = integration.kernel_from_module(mod)
+        assert (kernel.allocations[0].elements * 4 < ir_tier.MAX_STACK_ALLOCA) == (rows == 1)
+        code[rows] = tvm.compile(mod, target=tvm_target(mach)).mod.inspect_source("s").splitlines()
+        shuffles[rows] = ir_tier.features(kernel, mach)["lane_shuffles"]
+    assert _lane_loads(code[1]) == 0 < _lane_loads(code[16])
+    assert any("vperm" in line or "vshuf" in line for line in code[1])
+    if width == mach.lanes(4):  # every shuffle counted is the strided read's: one a vector spanned, not one a lane
+        assert shuffles[1] == shuffles[16] * stride / width
+    assert shuffles[1] < shuffles[16]
+
+
 def _whole_tile_epilogue(whole: bool) -> tvm.IRModule:
     """A 1 x 1 convolution of a 7 x 7 image as MetaSchedule schedules it for MobileNetV2's last
     layers: three channels' 7 x 7 accumulators (a buffer compaction places in the parallel

@@ -16,8 +16,10 @@ Statements whose values do not change in a rolled loop count once for it (LICM,
 power of two, kept in registers over a rolled loop, are carried lane by lane (LLVM scalarizes
 such loop-carried vectors: :data:`SCALARIZED_LANE_INSTRUCTIONS`). Vectors TVM reads at a stride
 are built lane by lane, and LLVM builds those of such widths anew for every copy of the
-statement in the register tile. Integer divisions of index arithmetic are front-end
-instructions (:data:`INTEGER_DIVISION_INSTRUCTIONS`), not FP-pipe divisions. Reductions are
+statement in the register tile; read at a small stride from a buffer on the stack, they are
+loaded whole and permuted instead (:func:`_deinterleaved`). Integer divisions of index
+arithmetic are front-end instructions (:data:`INTEGER_DIVISION_INSTRUCTIONS`), not FP-pipe
+divisions. Reductions are
 bounded by the FMA latency over the updates independent of each accumulator (those inside the
 innermost reduction loop, and instances of the reduction loops directly around it that the
 reorder buffer overlaps). Each top-level loop nest's core cycles are those of its two busiest
@@ -228,7 +230,7 @@ def _access_lanes(access: Access, vec: Loop | None, hw_lanes: int) -> int:
 def statement_counts(
     stmt: Statement, loops: tuple[Loop, ...], machine: Machine, tvm: frozenset[str] | None = None,
     homes: Mapping[str, str | None] | None = None, in_registers: frozenset[str] = frozenset(),
-    scalarized: frozenset[str] = frozenset(),
+    scalarized: frozenset[str] = frozenset(), on_stack: frozenset[str] = frozenset(),
 ) -> Counter:
     """Dynamic instruction counts of one statement, by class (``tvm``: see :func:`unrolled_loops`).
 
@@ -238,6 +240,8 @@ def statement_counts(
     Accesses to the buffers ``in_registers`` (:func:`~tuna.cpu.codegen.register_buffers`) are
     neither loads nor stores: LLVM keeps those buffers in registers. Accumulators in the buffers
     ``scalarized`` (:func:`_wide_vector_buffers`) are carried lane by lane around a rolled loop.
+    Vectors read at a small stride from the buffers ``on_stack`` (allocated in the kernel, below
+    :data:`MAX_STACK_ALLOCA`) are loaded whole and deinterleaved (:func:`_deinterleaved`).
     """
     share = folded_share(stmt, loops, tvm)
     if share < 1:
@@ -361,6 +365,14 @@ def statement_counts(
         if split > vinstr:
             counts["lane_shuffles"] += n * (split - vinstr) / vinstr
             n = n * split / vinstr
+        if (buf, idx, write) in strided and not write and buf in on_stack and machine.isa == "x86-64" and (
+            spans := _deinterleaved(idx, vec, hw)
+        ):
+            n = n / vl * spans  # the vectors the lanes span, each loaded whole and permuted once
+            counts["lane_shuffles"] += n
+            counts["load"] += n
+            counts["pipe_load"] += n
+            continue
         counts["store" if write else "load"] += n
         counts["pipe_store" if write else "pipe_load"] += n * widths[(buf, idx, write)]
         if (buf, idx, write) in strided:
@@ -421,6 +433,34 @@ def statement_counts(
         for key in counts:
             counts[key] *= share
     return counts
+
+
+#: Largest stride of a vector read from a stack buffer that :func:`_deinterleaved` counts as
+#: loaded whole (the probes went to 3).
+MAX_DEINTERLEAVED_STRIDE = 3
+
+
+def _deinterleaved(indices: tuple, vec: Loop, hw_lanes: int) -> int:
+    """Machine vectors LLVM loads to build a TVM vector read at a small stride from a buffer on
+    the stack, or 0 where it builds it lane by lane (x86-64).
+
+    A stack array's size is known to LLVM, so it may load the elements between the lanes too:
+    a read of at most one machine vector's lanes at stride 2 or 3 along the last dimension
+    becomes whole loads of the span and two-source permutes. Compiled probes (TVM 0.27's LLVM;
+    a 3-tap filter over a row copied into a buffer allocated in the kernel,
+    ``tests/test_codegen_llvm.py``): on znver4, 14 and 16 lanes at strides 2 and 3 had no
+    scalar load, 8 lanes at stride 3 none and at stride 2 sixteen beside 40 permutes; on
+    znver3 (8-lane vectors) 4 and 8 lanes likewise; 28 lanes were built lane by lane, and so
+    was every width read from a workspace buffer (above :data:`MAX_STACK_ALLOCA`) or from a
+    function argument. The fastest candidates of a ShuffleNetV2 stride-2 depthwise pool
+    (``docs/bench/heldout-pools-33``) read their padding stage so.
+    """
+    if vec.extent > hw_lanes or any(ix.depends_on(vec.var) for ix in indices[:-1]):
+        return 0
+    stride = indices[-1].coeff(vec.var)
+    if not 2 <= stride <= MAX_DEINTERLEAVED_STRIDE:
+        return 0
+    return math.ceil(stride * vec.extent / hw_lanes)
 
 
 #: LLVM's loop vectorizer folds the tail of a loop whose constant trip count is below this
@@ -851,12 +891,15 @@ def _nest_counts(
     """Each statement of one top-level nest with its loops and counts, and their sum."""
     counts: Counter = Counter()
     homes = {name: alloc.loop for name, alloc in allocations.items()}
+    on_stack = frozenset(name for name, alloc in allocations.items()
+                         if alloc.elements * alloc.dtype_bytes < MAX_STACK_ALLOCA)
     walked = list(walk((node,)))
     stmts = []
     for (stmt, loops), hoisted in zip(walked, hoisted_loops(walked, machine, tvm, homes), strict=True):
         # A loop LICM hoists the statement out of runs it once (codegen.hoisted_loops).
         counted = tuple(dataclasses.replace(lp, extent=1) if lp.var in hoisted else lp for lp in loops)
-        stmts.append((stmt, loops, statement_counts(stmt, counted, machine, tvm, homes, in_registers, scalarized)))
+        stmts.append((stmt, loops, statement_counts(stmt, counted, machine, tvm, homes, in_registers, scalarized,
+                                                        on_stack)))
     for _, _, own in stmts:
         counts.update(own)
     return stmts, counts
