@@ -448,11 +448,11 @@ def _deinterleaved(indices: tuple, vec: Loop, hw_lanes: int) -> int:
     a read of at most one machine vector's lanes at stride 2 or 3 along the last dimension
     becomes whole loads of the span and two-source permutes. Compiled probes (TVM 0.27's LLVM;
     a 3-tap filter over a row copied into a buffer allocated in the kernel,
-    ``tests/test_codegen_llvm.py``): on znver4, 14 and 16 lanes at strides 2 and 3 had no
-    scalar load, 8 lanes at stride 3 none and at stride 2 sixteen beside 40 permutes; on
-    znver3 (8-lane vectors) 4 and 8 lanes likewise; 28 lanes were built lane by lane, and so
-    was every width read from a workspace buffer (above :data:`MAX_STACK_ALLOCA`) or from a
-    function argument. The fastest candidates of a ShuffleNetV2 stride-2 depthwise pool
+    ``tests/test_codegen_llvm.py``): on znver4, 14 and 16 lanes at strides 2 and 3 and 8 lanes
+    at stride 3 had no scalar load; 8 lanes at stride 2 kept 16 and 4 lanes 10 beside the
+    permutes (17 and 72 from a workspace buffer); znver3 (8-lane vectors) alike; 28 lanes were
+    built lane by lane, and so was every width read from a workspace buffer (above
+    :data:`MAX_STACK_ALLOCA`) or from a function argument. The fastest candidates of a ShuffleNetV2 stride-2 depthwise pool
     (``docs/bench/heldout-pools-33``) read their padding stage so.
     """
     if vec.extent > hw_lanes or any(ix.depends_on(vec.var) for ix in indices[:-1]):
