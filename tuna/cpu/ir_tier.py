@@ -452,8 +452,9 @@ def _deinterleaved(indices: tuple, vec: Loop, hw_lanes: int) -> int:
     at stride 3 had no scalar load; 8 lanes at stride 2 kept 16 and 4 lanes 10 beside the
     permutes (17 and 72 from a workspace buffer); znver3 (8-lane vectors) alike; 28 lanes were
     built lane by lane, and so was every width read from a workspace buffer (above
-    :data:`MAX_STACK_ALLOCA`) or from a function argument. The fastest candidates of a ShuffleNetV2 stride-2 depthwise pool
-    (``docs/bench/heldout-pools-33``) read their padding stage so.
+    :data:`MAX_STACK_ALLOCA`) or from a function argument. The fastest candidates of a
+    ShuffleNetV2 stride-2 depthwise pool (``docs/bench/heldout-pools-33``) read their padding
+    stage so.
     """
     if vec.extent > hw_lanes or any(ix.depends_on(vec.var) for ix in indices[:-1]):
         return 0
