@@ -768,13 +768,19 @@ def _scalarized_carry(
     counts["spill"] += max(0, lanes - machine.vector_registers) * back_edges
 
 
+def _on_stack(alloc: Allocation) -> bool:
+    """Whether TVM places a buffer allocated in the kernel on the stack (an ``alloca``, whose size
+    LLVM knows) rather than in the runtime's workspace (:data:`MAX_STACK_ALLOCA`)."""
+    return alloc.elements * alloc.dtype_bytes < MAX_STACK_ALLOCA
+
+
 def _address_from(alloc: Allocation | None, inside: set[str]) -> str:
     """Where a nest gets a buffer's address: ``"closure"`` (a parameter, or a buffer allocated
     outside the nest, passed to the outlined parallel body), or for one allocated inside it,
     ``"stack"`` (addressed from the stack pointer) or ``"workspace"`` (from the runtime)."""
     if alloc is None or alloc.loop not in inside:
         return "closure"
-    return "stack" if alloc.elements * alloc.dtype_bytes < MAX_STACK_ALLOCA else "workspace"
+    return "stack" if _on_stack(alloc) else "workspace"
 
 
 def reloads_per_call(
@@ -892,8 +898,7 @@ def _nest_counts(
     """Each statement of one top-level nest with its loops and counts, and their sum."""
     counts: Counter = Counter()
     homes = {name: alloc.loop for name, alloc in allocations.items()}
-    on_stack = frozenset(name for name, alloc in allocations.items()
-                         if alloc.elements * alloc.dtype_bytes < MAX_STACK_ALLOCA)
+    on_stack = frozenset(name for name, alloc in allocations.items() if _on_stack(alloc))
     walked = list(walk((node,)))
     stmts = []
     for (stmt, loops), hoisted in zip(walked, hoisted_loops(walked, machine, tvm, homes), strict=True):
@@ -1028,7 +1033,7 @@ def _wide_vector_buffers(kernel: KernelIR, machine: Machine) -> frozenset[str]:
     """Buffers allocated in the kernel, small enough for the stack (:data:`MAX_STACK_ALLOCA`),
     that a statement accesses as a TVM vector wider than the machine's, of a width that is not a
     power of two: LLVM scalarizes the accumulators kept in them (:func:`_scalarized_carry`)."""
-    allocated = {a.name for a in kernel.allocations if a.elements * a.dtype_bytes < MAX_STACK_ALLOCA}
+    allocated = {a.name for a in kernel.allocations if _on_stack(a)}
     out = set()
     for stmt, loops in walk(kernel.body):
         vec = _vector_loop(loops)
