@@ -1,4 +1,5 @@
 import json
+import re
 import subprocess
 import sys
 
@@ -45,6 +46,24 @@ def test_the_docstring_lists_every_command():
         nested = [a for a in sub._actions if a.dest == "bench_command"]
         for full in [f"{name} {b}" for b in nested[0].choices] if nested else [name]:
             assert f"``tuna {full}" in cli.__doc__, full
+
+
+def test_the_help_and_the_readme_name_every_built_in_network():
+    # The names are written out so that ``tuna --help`` needs no TVM; this keeps them whole.
+    from pathlib import Path
+
+    from tuna.integration import networks
+
+    parser = cli.build_parser()
+    bench = parser._subparsers._group_actions[0].choices["bench"]
+    subs = next(a for a in bench._actions if a.dest == "bench_command").choices
+    helps = [a.help for a in subs["tasks"]._actions if a.dest == "network"]
+    helps += [a.help for a in subs["network"]._actions if a.dest == "models"]
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    for name in networks.NETWORKS:
+        for text in helps:
+            assert re.search(rf"\b{re.escape(name)}\b(?!-)", text), (name, text)
+        assert f"`{name}`" in readme, name
 
 
 def test_a_reader_that_goes_away_ends_the_command_quietly():

@@ -117,6 +117,11 @@ def test_every_task_of_the_networks_has_a_family():
     # MnasNet: 5x5 depthwise convolutions, a projection that adds the residual
     assert families["mnasnet/fused_conv2d9_add7_relu4"] == "depthwise"
     assert families["mnasnet/fused_conv2d13_add8_add10"] == "conv2d"
+    # SqueezeNet: the unpadded stem, a fire module's 3x3 expansion, its concatenation, a max pool
+    assert families["squeezenet/fused_conv2d_add_relu"] == "conv2d"
+    assert families["squeezenet/fused_conv2d3_add2_relu2"] == "conv2d"
+    assert families["squeezenet/concatenate"] == "layout"
+    assert families["squeezenet/max_pool2d1"] == "pool"
 
 
 def test_pools_carry_their_family_and_machine():

@@ -562,6 +562,28 @@ def _mnasnet_stages123(ops: Any, x: Any, weights: _Weights) -> Any:
     return y
 
 
+def _squeezenet11_fires2to5(ops: Any, x: Any, weights: _Weights) -> Any:
+    """SqueezeNet 1.1 (Iandola et al., 2016; torchvision's ``squeezenet1_1``) cut to its stem and
+    first four fire modules: a 3x3 stride-2 convolution to 64 channels without padding (to
+    111 x 111) with ReLU and a 3x3 stride-2 max pool (to 55 x 55), fire modules 2 and 3 (squeeze
+    to 16 channels, expand to 64 + 64), a max pool (to 27 x 27), fire modules 4 and 5 (squeeze to
+    32, expand to 128 + 128) and a last max pool (to 13 x 13). A fire module squeezes with a 1x1
+    convolution and ReLU, then concatenates a 1x1 and a padded 3x3 convolution of the squeeze,
+    each with ReLU. The pools take no padding and, at these sizes, torchvision's ``ceil_mode``
+    changes nothing. Output (1, 256, 13, 13).
+    """
+    conv = functools.partial(_conv, ops, weights)
+
+    def fire(t, cin, squeeze, expand):
+        s = ops.relu(conv(t, cin, squeeze, 1))
+        return ops.concat([ops.relu(conv(s, squeeze, expand, 1)), ops.relu(conv(s, squeeze, expand, 3))])
+
+    w = weights(64, 3, 3, 3, fan_in=27)
+    y = ops.max_pool(ops.relu(ops.conv(x, w, weights(64), 2, 0)), 3, 2, 0)  # (1, 64, 55, 55)
+    y = ops.max_pool(fire(fire(y, 64, 16, 64), 128, 16, 64), 3, 2, 0)  # (1, 128, 27, 27)
+    return ops.max_pool(fire(fire(y, 128, 32, 128), 256, 32, 128), 3, 2, 0)
+
+
 @dataclass(frozen=True)
 class Network:
     """A network tuna can build: its input and how to write it against the operations.
@@ -620,6 +642,9 @@ NETWORKS: dict[str, Network] = {
         Network("mnasnet", "MnasNet-A1 (torchvision's mnasnet1_0) cut to its stem and first three stages (24 and "
                 "40 channels; 3x3 and 5x5 depthwise convolutions); batch 1, 3x224x224, random weights",
                 (1, 3, 224, 224), _mnasnet_stages123),
+        Network("squeezenet", "SqueezeNet 1.1 (torchvision's squeezenet1_1) cut to its stem and first four fire "
+                "modules (1x1 squeezes, 1x1 and 3x3 expansions concatenated, three 3x3 stride-2 max pools); "
+                "batch 1, 3x224x224, random weights", (1, 3, 224, 224), _squeezenet11_fires2to5),
     )
 }
 
