@@ -257,6 +257,63 @@ def test_strided_reads_of_a_stack_buffer_are_loaded_whole_and_permuted_as_in_llv
     assert shuffles[1] < shuffles[16]
 
 
+def _stride2_columns(cols: int, taps: int, chans: int, tvm_unrolls: bool) -> tvm.IRModule:
+    """C[p, c, x] += A[p, r, 2x] * B[c, r]: a rolled loop over ``cols`` output columns that reads
+    its input at stride 2, in a parallel loop, around ``taps`` x ``chans`` updates (``c``
+    innermost) that TVM unrolls or leaves to LLVM."""
+    loop = "T.unroll" if tvm_unrolls else "range"
+    return parse_tvmscript(f'''
+# from tvm.script import tirx as T
+@T.prim_func(s_tir=True)
+def main(A: T.Buffer((8, 16, {2 * cols + 4}), "float32"), B: T.Buffer((16, 16), "float32"),
+         C: T.Buffer((8, 16, {cols}), "float32")):
+    T.func_attr({{"tirx.noalias": True}})
+    for p in T.parallel(8):
+        for x in range({cols}):
+            for r in {loop}({taps}):
+                for c in {loop}({chans}):
+                    with T.sblock("u"):
+                        vp, vx, vr, vc = T.axis.remap("SSRS", [p, x, r, c])
+                        C[vp, vc, vx] = C[vp, vc, vx] + A[vp, vr, 2 * vx] * B[vc, vr]
+''', "stride2_columns")
+
+
+@pytest.mark.parametrize(("preset", "cols", "taps", "chans", "tvm_unrolls", "form"),
+                         [("zen4", 28, 4, 4, True, "interleaved"), ("zen4", 14, 4, 4, True, "gathered"),
+                          ("zen4", 14, 2, 8, True, "gathered"), ("zen4", 28, 4, 8, False, "interleaved"),
+                          ("zen4", 28, 6, 16, False, "scalar"), ("zen4", 28, 12, 8, False, "scalar"),
+                          ("zen3", 28, 4, 4, True, "interleaved"), ("zen3", 14, 4, 4, True, "scalar")])
+def test_serial_loops_reading_at_stride_2_are_vectorized_with_gathers_or_interleaved_loads_as_in_llvm(
+        preset, cols, taps, chans, tvm_unrolls, form):
+    mach = machine.preset(preset)
+    mod = _stride2_columns(cols, taps, chans, tvm_unrolls)
+    kernel = integration.kernel_from_module(mod)
+    (stmt, loops), = [(s, lp) for s, lp in walk(kernel.body) if s.op_count("fma")]
+    tvm_loops = frozenset(tvm_unrolled(kernel))
+    columns = codegen_loops(stmt, loops, mach, tvm_loops)[1]
+    asm = tvm.compile(mod, target=tvm_target(mach)).mod.inspect_source("s").splitlines()
+    ops = collections.Counter(line.split()[0] for line in asm if line.startswith("\t"))
+    gathers = sum(n for op, n in ops.items() if "gather" in op)
+    shuffles = sum(n for op, n in ops.items() if op.startswith(("vshuf", "vperm", "vunpck")))
+    packed = sum(n for op, n in ops.items() if "vfmadd" in op and op.endswith("ps"))
+    # LLVM vectorizes the columns only where every loop inside is unrolled before its loop
+    # vectorizer runs; then it gathers over at most 16 columns (with AVX-512; without, it
+    # leaves them scalar) and loads whole vectors and shuffles the lanes out over more.
+    assert (packed > 0) == (form != "scalar")
+    assert (gathers > 0) == (form == "gathered")
+    assert shuffles > 0 or form != "interleaved"
+    assert columns.kind == (LoopKind.SERIAL if form == "scalar" else LoopKind.VECTORIZED)
+    assert form == "scalar" or codegen.loop_vectorized_reads(columns, mach) == form
+    # The model's count follows: a gather loads a lane at a time but inserts nothing; an
+    # interleaved group loads two whole vectors a vector of lanes.
+    counts = ir_tier.statement_counts(stmt, loops, mach, tvm_loops)
+    lanes = 8 * cols * taps * chans
+    if form == "gathered":
+        assert counts["lane_shuffles"] == 0
+    if form == "interleaved":
+        assert 0 < counts["lane_shuffles"] < lanes / 4
+
+
 def _whole_tile_epilogue(whole: bool) -> tvm.IRModule:
     """A 1 x 1 convolution of a 7 x 7 image as MetaSchedule schedules it for MobileNetV2's last
     layers: three channels' 7 x 7 accumulators (a buffer compaction places in the parallel

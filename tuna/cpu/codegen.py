@@ -193,6 +193,50 @@ def strided_in(access: Access, var: str) -> bool:
             and not any(var in ix.opaque for ix in access.indices))
 
 
+#: Largest stride of a read with which LLVM's loop vectorizer still vectorizes a loop TVM left
+#: serial (probed at stride 2; stride 3 forms interleaved groups the same way).
+MAX_INTERLEAVED_STRIDE = 3
+#: Trip count up to which LLVM's loop vectorizer gathers such reads on a machine with AVX-512
+#: rather than loading them as interleaved groups. Compiled here (TVM 0.27, znver4; probes of
+#: a serial loop reading at stride 2, 4 or 8 output channels unrolled inside, taps along the
+#: row or down the columns alike): 7 and 14 iterations used ``vgatherdps``, 16 in one of two
+#: shapes, 17 to 112 whole loads and shuffles; emeraldrapids the same. znver3 (no AVX-512)
+#: never gathered: it left 14 iterations scalar and interleaved 28.
+MAX_GATHERED_TRIPS = 16
+
+
+def interleaved_stride(access: Access, var: str) -> int:
+    """The stride at which ``access``, a read, steps along its last dimension as ``var`` does,
+    where LLVM's loop vectorizer can still vectorize the loop of ``var`` (0 where it cannot).
+
+    A read at stride 2 or 3 along the last dimension only. Over more than
+    :data:`MAX_GATHERED_TRIPS` iterations LLVM loads the whole span and shuffles the lanes out
+    (a scalar remainder keeps the last loads within bounds): the fastest candidate of a 5x5
+    stride-2 depthwise pool (``docs/bench/heldout-pools-34``; TVM 0.27, znver4), whose 28
+    output columns TVM left a serial loop, runs that loop as three 8-lane vectors with
+    ``vshufps``/``vpermpd`` and four scalar iterations. Over fewer it gathers where the
+    machine has AVX-512, else leaves it scalar (:func:`loop_vectorized_reads`).
+    """
+    if access.write or any(ix.depends_on(var) for ix in access.indices[:-1]) or not access.indices:
+        return 0
+    last = access.indices[-1]
+    stride = last.coeff(var)
+    return stride if 2 <= stride <= MAX_INTERLEAVED_STRIDE and var not in last.opaque else 0
+
+
+def loop_vectorized_reads(loop: Loop, machine: Machine) -> str | None:
+    """How LLVM's loop vectorizer, vectorizing ``loop``, reads at a stride of
+    :func:`interleaved_stride`: ``"interleaved"`` (whole vectors, shuffled) or ``"gathered"``
+    (``vgatherdps``: short loops on AVX-512 machines); None where it leaves the loop scalar
+    (short loops without AVX-512: znver3 in the probes of :data:`MAX_GATHERED_TRIPS`; other
+    instruction sets, not probed)."""
+    if machine.isa != "x86-64":
+        return None
+    if loop.extent > MAX_GATHERED_TRIPS:
+        return "interleaved"
+    return "gathered" if machine.vector_bits >= 512 else None
+
+
 def folded_share(stmt: Statement, loops: tuple[Loop, ...], tvm: frozenset[str] | None) -> float:
     """Share of a guarded statement's copies left once TVM's unrolling decides its guards (1: none).
 
@@ -293,6 +337,8 @@ def _codegen(
     for pos in region:
         lp = loops[pos]
         slp = lp.var in unrolled or pos in full
+        strided = (not slp and loop_vectorized_reads(lp, machine) is not None
+                   and not _unrolled_late(stmt, loops[pos + 1 :], unrolled))
         if slp and stmt.op_count("math"):
             continue  # the SLP vectorizer leaves copies of library calls without a vector form scalar
         if slp and any(not stmt.stores_vary_with(x.var) for x in loops[pos + 1 :]):
@@ -313,6 +359,7 @@ def _codegen(
             and all(contiguous_in(w, lp.var) or (w.buffer, w.indices) in private for w in writes)
             and all(
                 contiguous_in(a, lp.var)
+                or (strided and interleaved_stride(a, lp.var))
                 or (not a.depends_on(lp.var) and (a.buffer not in fresh or (a.buffer, a.indices) in private))
                 for a in stmt.accesses
             )
@@ -320,6 +367,24 @@ def _codegen(
             out[pos] = dataclasses.replace(lp, kind=LoopKind.VECTORIZED)
             break
     return tuple(out), unrolled, full
+
+
+def _unrolled_late(stmt: Statement, inner: tuple[Loop, ...], unrolled: set[str]) -> bool:
+    """Whether LLVM unrolls one of the ``inner`` loops only after its loop vectorizer has run.
+
+    The loop vectorizer takes innermost loops only: a loop TVM left to LLVM whose copies exceed
+    :data:`FULL_UNROLL_SIZE` (counted as :func:`_llvm_unrolling` does before what unrolling
+    simplifies) is still a loop when it looks at the loop around; a later pass unrolls it.
+    Compiled here (TVM 0.27, znver4), a rolled loop of 28 columns reading at stride 2 in a
+    parallel loop: ResNet-18's stride-2 1x1 convolution kept it scalar around 4 x 16 copies
+    left to LLVM (the size 320) and vectorized it around 4 x 4 x 2 (or 4 x 16 that TVM
+    unrolled); probes vectorized it around 96 copies in no shape tried, around 64 in each. The
+    size is a proxy: probes of 4 x 16 copies (320) were vectorized, and ResNet-18's 7x7 stride-2
+    stem was not around 3 x 7 x 2 (210).
+    """
+    if all(lp.var in unrolled for lp in inner):
+        return False
+    return (len(stmt.accesses) + stmt.op_count()) * math.prod(lp.extent for lp in inner) > FULL_UNROLL_SIZE
 
 
 def _body_accesses(stmt: Statement, inner: tuple[Loop, ...]) -> int:

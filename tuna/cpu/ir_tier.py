@@ -62,6 +62,8 @@ from .codegen import (
     contiguous_in,
     folded_share,
     hoisted_loops,
+    interleaved_stride,
+    loop_vectorized_reads,
     register_buffers,
     rolled_around,
     strided_in,
@@ -241,7 +243,9 @@ def statement_counts(
     neither loads nor stores: LLVM keeps those buffers in registers. Accumulators in the buffers
     ``scalarized`` (:func:`_wide_vector_buffers`) are carried lane by lane around a rolled loop.
     Vectors read at a small stride from the buffers ``on_stack`` (allocated in the kernel, below
-    :data:`MAX_STACK_ALLOCA`) are loaded whole and deinterleaved (:func:`_deinterleaved`).
+    :data:`MAX_STACK_ALLOCA`) are loaded whole and deinterleaved (:func:`_deinterleaved`);
+    so are those of a loop LLVM's loop vectorizer takes, or gathered
+    (:func:`~tuna.cpu.codegen.loop_vectorized_reads`).
     """
     share = folded_share(stmt, loops, tvm)
     if share < 1:
@@ -365,9 +369,19 @@ def statement_counts(
         if split > vinstr:
             counts["lane_shuffles"] += n * (split - vinstr) / vinstr
             n = n * split / vinstr
-        if (buf, idx, write) in strided and not write and buf in on_stack and machine.isa == "x86-64" and (
-            spans := _deinterleaved(idx, vec, hw)
-        ):
+        spans = 0
+        if (buf, idx, write) in strided and not write and machine.isa == "x86-64":
+            form = "tvm" if by_tvm else loop_vectorized_reads(vec, machine)
+            if form == "gathered":  # a load a lane, no inserts
+                counts["load"] += n
+                counts["pipe_load"] += n
+                continue
+            if form == "interleaved":
+                key = next(a for a in stmt.accesses if (a.buffer, a.indices, a.write) == (buf, idx, write))
+                spans = math.ceil(interleaved_stride(key, vec.var) * vl / hw)
+            elif form == "tvm" and buf in on_stack:
+                spans = _deinterleaved(idx, vec, hw)
+        if spans:
             n = n / vl * spans  # the vectors the lanes span, each loaded whole and permuted once
             counts["lane_shuffles"] += n
             counts["load"] += n
