@@ -232,3 +232,18 @@ def test_rank_fits_on_more_pools_than_it_ranks(tmp_path, capsys):
     assert {r["pool"] for r in data["results"]} == {"NRM-0"} and data["meta"]["fit_on"] == [str(tmp_path / "fit" /
                                                                                               "SFM-1.json")]
     assert "and of the 1 pools of --fit-on" in capsys.readouterr().out
+
+
+def test_rank_leaves_out_pools_too_small_to_split_and_says_so(tmp_path, capsys):
+    # A concatenation has one schedule: its pool holds one candidate, nothing to train on or rank.
+    shipped = {p.stem: p for p in bench.shipped_pools()}
+    one = json.loads(shipped["SFM-1"].read_text())
+    one["candidates"] = one["candidates"][:1]
+    (tmp_path / "one.json").write_text(json.dumps(one))
+    out = tmp_path / "rank.json"
+    argv = ["bench", "rank", str(shipped["NRM-0"]), str(tmp_path / "one.json"), "--tiers", "ir", "--json", str(out)]
+    assert cli.main(argv) == 0
+    assert "left out, too few candidates to train on and rank: SFM-1 (1)" in capsys.readouterr().err
+    assert {r["pool"] for r in json.loads(out.read_text())["results"]} == {"NRM-0"}
+    assert cli.main(["bench", "rank", str(tmp_path / "one.json"), "--tiers", "ir", "--no-xgb"]) == 2
+    assert "no pool has enough candidates to rank" in capsys.readouterr().err

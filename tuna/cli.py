@@ -417,6 +417,14 @@ def _bench_rank(args: argparse.Namespace) -> int:
     pools = [p for p in pools if p.family not in skip]
     if not pools:
         raise TunaError(f"no pool left once the families {', '.join(sorted(skip))} are skipped")
+    # A task with one schedule (a concatenation) measures one candidate: nothing to train on or rank.
+    few = [p for p in pools if bench.train_size(len(p)) == 0]
+    if few:
+        print("left out, too few candidates to train on and rank: "
+              + ", ".join(f"{p.name} ({len(p)})" for p in few), file=sys.stderr)
+        pools = [p for p in pools if p not in few]
+        if not pools:
+            raise TunaError("no pool has enough candidates to rank (3 at least)")
     fit_on = []
     if args.fit_on:  # "shipped" stands for the pools tuna ships
         paths = [str(bench.shipped_pools()[0].parent) if f == "shipped" else f for f in args.fit_on]
