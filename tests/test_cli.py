@@ -2,6 +2,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 from tuna import cli
 
@@ -50,8 +51,6 @@ def test_the_docstring_lists_every_command():
 
 def test_the_help_and_the_readme_name_every_built_in_network():
     # The names are written out so that ``tuna --help`` needs no TVM; this keeps them whole.
-    from pathlib import Path
-
     from tuna.integration import networks
 
     parser = cli.build_parser()

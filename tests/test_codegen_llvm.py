@@ -305,7 +305,7 @@ def test_serial_loops_reading_at_stride_2_are_vectorized_with_gathers_or_interle
     assert columns.kind == (LoopKind.SERIAL if form == "scalar" else LoopKind.VECTORIZED)
     assert form == "scalar" or codegen.loop_vectorized_reads(columns, mach) == form
     # The model's count follows: a gather loads a lane at a time but inserts nothing; an
-    # interleaved group loads two whole vectors a vector of lanes.
+    # interleaved group shuffles once per whole vector loaded, far fewer times than it has lanes.
     counts = ir_tier.statement_counts(stmt, loops, mach, tvm_loops)
     lanes = 8 * cols * taps * chans
     if form == "gathered":

@@ -194,7 +194,8 @@ def strided_in(access: Access, var: str) -> bool:
 
 
 #: Largest stride of a read with which LLVM's loop vectorizer still vectorizes a loop TVM left
-#: serial (probed at stride 2; stride 3 forms interleaved groups the same way).
+#: serial (probed at stride 2 only; 3 taken to behave alike, as LLVM forms interleaved groups of
+#: any small factor).
 MAX_INTERLEAVED_STRIDE = 3
 #: Trip count up to which LLVM's loop vectorizer gathers such reads on a machine with AVX-512
 #: rather than loading them as interleaved groups. Compiled here (TVM 0.27, znver4; probes of
