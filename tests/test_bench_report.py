@@ -199,12 +199,17 @@ def test_rank_models_pools_as_the_machine_they_were_measured_on_unless_told(tmp_
     assert json.loads(out.read_text())["meta"]["target"] == "zen4"
 
 
+def _first_candidates(pool: Path, n: int, out: Path) -> None:
+    """Write the shipped (plain JSON) ``pool`` cut to its first ``n`` candidates to ``out``."""
+    data = json.loads(pool.read_text())
+    data["candidates"] = data["candidates"][:n]
+    out.write_text(json.dumps(data))
+
+
 def test_rank_of_several_pools_fits_each_tier_without_the_pool_ranked(tmp_path, capsys):
     # The IR tier's unseen fits hold a coefficient of the full tier's fit on the same pools.
     shipped = {p.stem: p for p in bench.shipped_pools()}
-    small = json.loads(shipped["SFM-1"].read_text())
-    small["candidates"] = small["candidates"][:30]
-    (tmp_path / "SFM-1.json").write_text(json.dumps(small))
+    _first_candidates(shipped["SFM-1"], 30, tmp_path / "SFM-1.json")
     out = tmp_path / "rank.json"
     argv = ["bench", "rank", str(shipped["NRM-0"]), str(tmp_path / "SFM-1.json"), "--no-xgb", "--json", str(out)]
     assert cli.main(argv) == 0
@@ -217,10 +222,8 @@ def test_rank_fits_on_more_pools_than_it_ranks(tmp_path, capsys):
     # --fit-on: NRM-0 alone has no other pool or family to be fitted on; with a softmax pool to
     # fit on, it gets -unseen and -lofo rows, and only NRM-0 is ranked.
     shipped = {p.stem: p for p in bench.shipped_pools()}
-    small = json.loads(shipped["SFM-1"].read_text())
-    small["candidates"] = small["candidates"][:30]
     (tmp_path / "fit").mkdir()
-    (tmp_path / "fit" / "SFM-1.json").write_text(json.dumps(small))
+    _first_candidates(shipped["SFM-1"], 30, tmp_path / "fit" / "SFM-1.json")
     out = tmp_path / "rank.json"
     argv = ["bench", "rank", str(shipped["NRM-0"]), "--tiers", "ir", "--no-xgb", "--json", str(out)]
     assert cli.main(argv) == 0
@@ -237,9 +240,7 @@ def test_rank_fits_on_more_pools_than_it_ranks(tmp_path, capsys):
 def test_rank_leaves_out_pools_too_small_to_split_and_says_so(tmp_path, capsys):
     # A concatenation has one schedule: its pool holds one candidate, nothing to train on or rank.
     shipped = {p.stem: p for p in bench.shipped_pools()}
-    one = json.loads(shipped["SFM-1"].read_text())
-    one["candidates"] = one["candidates"][:1]
-    (tmp_path / "one.json").write_text(json.dumps(one))
+    _first_candidates(shipped["SFM-1"], 1, tmp_path / "one.json")
     out = tmp_path / "rank.json"
     argv = ["bench", "rank", str(shipped["NRM-0"]), str(tmp_path / "one.json"), "--tiers", "ir", "--json", str(out)]
     assert cli.main(argv) == 0

@@ -62,7 +62,6 @@ from .codegen import (
     contiguous_in,
     folded_share,
     hoisted_loops,
-    interleaved_stride,
     loop_vectorized_reads,
     register_buffers,
     rolled_around,
@@ -376,9 +375,8 @@ def statement_counts(
                 counts["load"] += n
                 counts["pipe_load"] += n
                 continue
-            if form == "interleaved":
-                key = next(a for a in stmt.accesses if (a.buffer, a.indices, a.write) == (buf, idx, write))
-                spans = math.ceil(interleaved_stride(key, vec.var) * vl / hw)
+            if form == "interleaved":  # (codegen vectorized it for its stride, codegen.interleaved_stride)
+                spans = math.ceil(idx[-1].coeff(vec.var) * vl / hw)
             elif form == "tvm" and buf in on_stack:
                 spans = _deinterleaved(idx, vec, hw)
         if spans:
