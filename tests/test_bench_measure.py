@@ -73,19 +73,19 @@ def test_bench_launch_measures_a_parallel_region(capsys, host):
 
 
 class NumpyOps:
-    """A reference for the operations of the BERT, Llama, GPT-2, Whisper, ConvNeXt, EfficientNet, YOLO and ResNeXt
-    networks (float64 numpy)."""
+    """A reference for the operations of the networks the test below checks (float64 numpy)."""
 
     def relu(self, x):
         return np.maximum(x, 0)
 
     def conv(self, x, w, b, stride, padding, groups=1):
-        x = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
-        cout, cin_g, k, _ = w.shape
-        # (1, C, H, W) -> windows (1, C, Ho, Wo, k, k), then a per-group contraction.
-        win = np.lib.stride_tricks.sliding_window_view(x, (k, k), axis=(2, 3))[:, :, ::stride, ::stride]
+        ph, pw = (padding, padding) if isinstance(padding, int) else padding
+        x = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+        cout, cin_g, kh, kw = w.shape
+        # (1, C, H, W) -> windows (1, C, Ho, Wo, kh, kw), then a per-group contraction.
+        win = np.lib.stride_tricks.sliding_window_view(x, (kh, kw), axis=(2, 3))[:, :, ::stride, ::stride]
         win = win.reshape(1, groups, cin_g, *win.shape[2:])
-        wg = w.reshape(groups, cout // groups, cin_g, k, k)
+        wg = w.reshape(groups, cout // groups, cin_g, kh, kw)
         y = np.einsum("bgchwij,gocij->bgohw", win, wg).reshape(1, cout, *win.shape[3:5])
         return y + b.reshape(1, -1, 1, 1)
 
@@ -156,6 +156,11 @@ class NumpyOps:
         win = np.lib.stride_tricks.sliding_window_view(x, (size, size), axis=(2, 3))[:, :, ::stride, ::stride]
         return win.max((-2, -1))
 
+    def avg_pool(self, x, size, stride, padding):
+        x = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))  # zeros, counted
+        win = np.lib.stride_tricks.sliding_window_view(x, (size, size), axis=(2, 3))[:, :, ::stride, ::stride]
+        return win.mean((-2, -1))
+
     def split(self, x, parts):
         return np.split(x, parts, axis=1)
 
@@ -168,7 +173,8 @@ class NumpyOps:
                           ("gpt2", (1, 256, 768)), ("whisper", (1, 500, 384)),
                           ("efficientnet", (1, 24, 56, 56)), ("yolo", (1, 64, 40, 40)),
                           ("resnext", (1, 1000)), ("shufflenet", (1, 1000)),
-                          ("mnasnet", (1, 40, 28, 28)), ("squeezenet", (1, 256, 13, 13))])
+                          ("mnasnet", (1, 40, 28, 28)), ("squeezenet", (1, 256, 13, 13)),
+                          ("inception", (1, 768, 17, 17))])
 def test_network_built_with_relax_computes_what_numpy_does(name, out_shape):
     import tvm
     from tvm import relax

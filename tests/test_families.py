@@ -122,6 +122,11 @@ def test_every_task_of_the_networks_has_a_family():
     assert families["squeezenet/fused_conv2d3_add2_relu2"] == "conv2d"
     assert families["squeezenet/concatenate"] == "layout"
     assert families["squeezenet/max_pool2d1"] == "pool"
+    # Inception-v3: 1x7 and 7x1 convolutions, the stride-1 average pool, the four-way concatenation
+    assert families["inception/fused_conv2d5_add4_relu4"] == "conv2d"
+    assert families["inception/fused_conv2d6_add5_relu5"] == "conv2d"
+    assert families["inception/avg_pool2d"] == "pool"
+    assert families["inception/concatenate1"] == "layout"
 
 
 def test_pools_carry_their_family_and_machine():

@@ -1,7 +1,8 @@
 """Whole networks for ``tuna bench network`` and ``tuna tune``, batch 1: ResNet-18, ResNet-50,
 MobileNetV2, one encoder layer of BERT-base and of BERT-large, a one-layer ViT, one Llama-style
-decoder layer, one GPT-2 decoder layer, and networks cut to their first stages (ResNeXt-50,
-Whisper-tiny's audio encoder, ConvNeXt-T, EfficientNet-B0, YOLOv8n's backbone, ShuffleNetV2);
+decoder layer, one GPT-2 decoder layer, and networks cut to a few stages (ResNeXt-50,
+Whisper-tiny's audio encoder, ConvNeXt-T, EfficientNet-B0, YOLOv8n's backbone, ShuffleNetV2,
+MnasNet, SqueezeNet, Inception-v3);
 :data:`NETWORKS` lists them.
 
 Each network is written once, against a small set of tensor operations (:class:`RelaxOps`
@@ -47,7 +48,8 @@ class RelaxOps:
     def _emit(self, expr: relax.Expr) -> relax.Var:
         return self.bb.emit(expr)
 
-    def conv(self, x, w: np.ndarray, b: np.ndarray, stride: int, padding: int, groups: int = 1):
+    def conv(self, x, w: np.ndarray, b: np.ndarray, stride: int, padding: int | tuple[int, int], groups: int = 1):
+        """``padding``: one size for both axes, or (rows, columns)."""
         y = self._emit(relax.op.nn.conv2d(x, relax.const(w), strides=stride, padding=padding, groups=groups))
         return self._emit(relax.op.add(y, relax.const(b.reshape(1, -1, 1, 1))))
 
@@ -66,6 +68,10 @@ class RelaxOps:
 
     def max_pool(self, x, size: int, stride: int, padding: int):
         return self._emit(relax.op.nn.max_pool2d(x, size, stride, padding))
+
+    def avg_pool(self, x, size: int, stride: int, padding: int):
+        """Average over each window, the padding counted as zeros (PyTorch's default)."""
+        return self._emit(relax.op.nn.avg_pool2d(x, size, stride, padding, count_include_pad=True))
 
     def global_avg_pool(self, x):
         return self._emit(relax.op.nn.adaptive_avg_pool2d(x, 1))
@@ -159,6 +165,9 @@ class TorchOps:
 
     def max_pool(self, x, size, stride, padding):
         return self.f.max_pool2d(x, size, stride, padding)
+
+    def avg_pool(self, x, size, stride, padding):
+        return self.f.avg_pool2d(x, size, stride, padding, count_include_pad=True)
 
     def global_avg_pool(self, x):
         return self.f.adaptive_avg_pool2d(x, 1)
@@ -584,6 +593,33 @@ def _squeezenet11_fires2to5(ops: Any, x: Any, weights: _Weights) -> Any:
     return ops.max_pool(fire(fire(y, 128, 32, 128), 256, 32, 128), 3, 2, 0)
 
 
+def _inception_v3_6a6b(ops: Any, x: Any, weights: _Weights) -> Any:
+    """Inception-v3 (Szegedy et al., 2016; torchvision's ``inception_v3``) cut to its grid
+    reduction Mixed_6a and the first block of factorized 7x7 convolutions Mixed_6b, from the
+    288 x 35 x 35 feature map that Mixed_5d gives. Every convolution has ReLU (batch norm folded).
+    Mixed_6a concatenates an unpadded 3x3 stride-2 convolution to 384 channels, a 1x1 to 64 then
+    a padded 3x3 to 96 then an unpadded 3x3 stride-2 one, and an unpadded 3x3 stride-2 max pool
+    (768 channels at 17 x 17). Mixed_6b concatenates a 1x1 convolution to 192 channels, a 1x1 to
+    128 then 1x7 and 7x1 convolutions (the last to 192), a 1x1 to 128 then four alternating 7x1
+    and 1x7 ones (the last to 192), and a padded 3x3 stride-1 average pool (padding counted, as
+    torchvision's) then a 1x1 to 192. Output (1, 768, 17, 17).
+    """
+
+    def conv(t, cin, cout, kh, kw, stride=1, padding=(0, 0)):
+        w = weights(cout, cin, kh, kw, fan_in=cin * kh * kw)
+        return ops.relu(ops.conv(t, w, weights(cout), stride, padding))
+
+    y = ops.concat([conv(x, 288, 384, 3, 3, 2),
+                    conv(conv(conv(x, 288, 64, 1, 1), 64, 96, 3, 3, padding=(1, 1)), 96, 96, 3, 3, 2),
+                    ops.max_pool(x, 3, 2, 0)])
+    row, col = (0, 3), (3, 0)  # the padding that keeps 17 x 17 under a 1x7 and a 7x1 kernel
+    b7 = conv(conv(conv(y, 768, 128, 1, 1), 128, 128, 1, 7, padding=row), 128, 192, 7, 1, padding=col)
+    d7 = conv(y, 768, 128, 1, 1)
+    for cout, (kh, kw, pad) in zip((128, 128, 128, 192), ((7, 1, col), (1, 7, row)) * 2):
+        d7 = conv(d7, 128, cout, kh, kw, padding=pad)
+    return ops.concat([conv(y, 768, 192, 1, 1), b7, d7, conv(ops.avg_pool(y, 3, 1, 1), 768, 192, 1, 1)])
+
+
 @dataclass(frozen=True)
 class Network:
     """A network tuna can build: its input and how to write it against the operations.
@@ -645,6 +681,10 @@ NETWORKS: dict[str, Network] = {
         Network("squeezenet", "SqueezeNet 1.1 (torchvision's squeezenet1_1) cut to its stem and first four fire "
                 "modules (1x1 squeezes, 1x1 and 3x3 expansions concatenated, three 3x3 stride-2 max pools); "
                 "batch 1, 3x224x224, random weights", (1, 3, 224, 224), _squeezenet11_fires2to5),
+        Network("inception", "Inception-v3 (torchvision's inception_v3) cut to its grid reduction Mixed_6a and "
+                "first factorized-7x7 block Mixed_6b (1x7 and 7x1 convolutions, a 3x3 average pool); batch 1, "
+                "input the 288x35x35 feature map of Mixed_5d, random weights", (1, 288, 35, 35),
+                _inception_v3_6a6b),
     )
 }
 
