@@ -758,6 +758,60 @@ def test_the_model_unrolls_a_short_loop_around_an_unrolled_body_as_llvm(trips, c
     assert ("t" not in rolled) == unrolled
 
 
+def _taps_around_strided(width: int, taps: int, rows: int) -> tvm.IRModule:
+    """A rolled loop over ``taps`` filter taps left to LLVM around ``rows`` output rows that TVM
+    unrolls, each updating ``width`` columns (a TVM vector) from its own input row read at
+    stride 2: a stride-2 convolution's taps along the row, in a parallel loop."""
+    return parse_tvmscript(f'''
+# from tvm.script import tirx as T
+@T.prim_func(s_tir=True)
+def main(A: T.Buffer((8, 4, {rows}, {2 * width + taps}), "float32"), B: T.Buffer((4, {taps}), "float32"),
+         C: T.Buffer((8, {rows}, {width}), "float32")):
+    T.func_attr({{"tirx.noalias": True}})
+    for p in T.parallel(8):
+        for q in range(4):
+            for r in range({taps}):
+                for y in T.unroll({rows}):
+                    for v in T.vectorized({width}):
+                        with T.sblock("u"):
+                            C[p, y, v] = C[p, y, v] + A[p, q, y, 2 * v + r] * B[q, r]
+''', "taps_around_strided")
+
+
+#: (width, taps, rows, whether LLVM unrolls the taps) for :func:`_taps_around_strided`, TVM
+#: 0.27's LLVM for zen4: each strided vector is built lane by lane before the unrolling, so the
+#: lanes decide (8 lanes: up to 4 x 3 copies unrolled; 12 and 14: 3 x 2 and 7 x 1, not 3 x 4 or
+#: 5 x 2; 16 and more: not even 3 x 2). At :data:`~tuna.cpu.codegen.STRIDED_LANE_UNROLL_COST`
+#: units a lane (4) the model keeps six of the unrolled loops rolled; at 3 it missed two, but
+#: then unrolled the loops around these too where LLVM does not (ResNeXt's stride-2 1x1
+#: convolution, ``docs/bench/heldout-pools-32``: 48 FMAs an iteration where the code has 3-6)
+#: and ranked the 53 development pools with strided reads worse (BENCHMARKS.md, 2026-12-07).
+_STRIDED_TAPS = [(8, 3, 2, True), (8, 3, 4, True), (8, 5, 2, True), (8, 7, 1, True), (12, 3, 2, True),
+                 (12, 3, 4, False), (12, 5, 2, False), (12, 7, 1, True), (14, 3, 2, True), (14, 3, 4, False),
+                 (14, 5, 2, False), (14, 7, 1, True), (16, 3, 2, False), (16, 3, 4, False), (16, 5, 2, False),
+                 (20, 3, 2, False), (20, 7, 1, False), (28, 3, 2, False), (28, 7, 1, False)]
+_STRIDED_TAPS_MISSED = {(8, 3, 4), (8, 5, 2), (12, 3, 2), (12, 7, 1), (14, 3, 2), (14, 7, 1)}
+
+
+@pytest.mark.parametrize(("width", "taps", "rows", "unrolled"), _STRIDED_TAPS)
+def test_llvm_unrolls_taps_around_strided_reads_by_their_lanes(width, taps, rows, unrolled):
+    asm = tvm.compile(_taps_around_strided(width, taps, rows),
+                      target=tvm_target(machine.preset("zen4"))).mod.inspect_source("s").splitlines()
+    vectors = math.ceil(width / 16)
+    assert sum("vfmadd" in line for line in _hottest_loop(asm)) == (taps if unrolled else 1) * rows * vectors
+
+
+@pytest.mark.parametrize(("width", "taps", "rows", "unrolled"), [
+    pytest.param(*case, marks=pytest.mark.xfail(reason="unrolled by LLVM, kept by the model", strict=True))
+    if case[:3] in _STRIDED_TAPS_MISSED else case for case in _STRIDED_TAPS])
+def test_the_model_unrolls_taps_around_strided_reads_as_llvm(width, taps, rows, unrolled):
+    kernel = integration.kernel_from_module(_taps_around_strided(width, taps, rows))
+    (stmt, loops), = list(walk(kernel.body))
+    rolled = {lp.var for lp in codegen.rolled_around(stmt, loops, machine.preset("zen4"),
+                                                     frozenset(tvm_unrolled(kernel)))}
+    assert ("r" not in rolled) == unrolled
+
+
 def _matmul_tile(rows: int, steps: int, inner_rows: int) -> tvm.IRModule:
     """GMM:1's schedules as MetaSchedule writes them (512 x 512 times 512 x 32, no unroll
     pragma): per parallel iteration a cache-write stage of 8 rows of 32 floats, updated by a

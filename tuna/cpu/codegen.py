@@ -33,7 +33,10 @@ MAX_ANALYZED_TRIPS = 10
 #: (:func:`strided_in`): TVM builds such a vector element by element (the lane's index
 #: extracted, its address, a scalar load, an insert), where a contiguous vector is one load.
 #: Counted so, a MobileNetV2 stride-2 conv2d's 3-iteration loop around a 28-lane strided
-#: read stays rolled, as LLVM keeps it (TVM 0.27, znver4), instead of being unrolled.
+#: read stays rolled, as LLVM keeps it (TVM 0.27, znver4), instead of being unrolled. Probes
+#: of taps around such reads (``tests/test_codegen_llvm.py``, ``_STRIDED_TAPS``) have LLVM unroll
+#: 6 of 19 loops this keeps rolled; 3 units fits those probes better but unrolls the loops
+#: around them too eagerly and ranked the development pools worse (BENCHMARKS.md, 2026-12-07).
 STRIDED_LANE_UNROLL_COST = 4
 #: Narrowest vector LLVM's loop vectorizer forms from a serial loop (lanes).
 MIN_AUTO_LANES = 4
