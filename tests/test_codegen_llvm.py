@@ -512,8 +512,9 @@ def test_llvm_vectorizes_padding_copies_whose_test_peeling_settles(size, stride,
 
 # The model keeps every guarded statement scalar (codegen._codegen). A rule that let LLVM's
 # loop vectorizer take a padding stage's copy where the test fails only in the first few
-# iterations got these right but ranked the development pools worse (BENCHMARKS.md,
-# 2026-12-07): the lead for the IR tier's max pools, which it predicts 3-7 times too slow.
+# iterations (docs/bench/tried/ir-padding-peeled.patch) got these right and the padded max
+# pools' fastest candidates, which the IR tier predicts 3-7 times too slow, but ranked the
+# development pools no better (BENCHMARKS.md, 2026-12-07): convolutions with such copies lost.
 @pytest.mark.parametrize(("size", "stride", "reduce", "vectorized"), [
     pytest.param(*case, marks=pytest.mark.xfail(reason="vectorized by LLVM, kept scalar by the model", strict=True))
     if case[3] else case for case in _PADDED_POOLS])
