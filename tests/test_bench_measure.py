@@ -151,15 +151,17 @@ class NumpyOps:
     def sigmoid(self, x):
         return 1 / (1 + np.exp(-x))
 
+    @staticmethod
+    def _windows(x, size, stride, padding, fill):
+        """(1, C, Ho, Wo, size, size): each pooling window, the padding filled with ``fill``."""
+        x = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)), constant_values=fill)
+        return np.lib.stride_tricks.sliding_window_view(x, (size, size), axis=(2, 3))[:, :, ::stride, ::stride]
+
     def max_pool(self, x, size, stride, padding):
-        x = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)), constant_values=-np.inf)
-        win = np.lib.stride_tricks.sliding_window_view(x, (size, size), axis=(2, 3))[:, :, ::stride, ::stride]
-        return win.max((-2, -1))
+        return self._windows(x, size, stride, padding, -np.inf).max((-2, -1))
 
     def avg_pool(self, x, size, stride, padding):
-        x = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))  # zeros, counted
-        win = np.lib.stride_tricks.sliding_window_view(x, (size, size), axis=(2, 3))[:, :, ::stride, ::stride]
-        return win.mean((-2, -1))
+        return self._windows(x, size, stride, padding, 0.0).mean((-2, -1))  # the zeros counted
 
     def split(self, x, parts):
         return np.split(x, parts, axis=1)

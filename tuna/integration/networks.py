@@ -232,11 +232,16 @@ class TorchOps:
 # ---------------------------------------------------------------------------------------
 
 
-def _conv(ops: Any, weights: _Weights, x: Any, cin: int, cout: int, k: int, stride: int = 1, groups: int = 1) -> Any:
-    """A ``k x k`` convolution ``cin -> cout`` in ``groups`` groups, padded to keep the size (``k // 2``),
-    with a bias (where a network folds batch norm, into it); its weights drawn now, kernel then bias."""
-    w = weights(cout, cin // groups, k, k, fan_in=cin // groups * k * k)
-    return ops.conv(x, w, weights(cout), stride, k // 2, groups)
+def _conv(ops: Any, weights: _Weights, x: Any, cin: int, cout: int, k: int | tuple[int, int], stride: int = 1,
+          groups: int = 1, padding: int | tuple[int, int] | None = None) -> Any:
+    """A ``k x k`` convolution (``k``: rows, columns where not square) ``cin -> cout`` in ``groups``
+    groups, padded to keep the size (``k // 2`` along each axis) unless ``padding`` is given, with
+    a bias (where a network folds batch norm, into it); its weights drawn now, kernel then bias."""
+    kh, kw = (k, k) if isinstance(k, int) else k
+    w = weights(cout, cin // groups, kh, kw, fan_in=cin // groups * kh * kw)
+    if padding is None:
+        padding = kh // 2 if kh == kw else (kh // 2, kw // 2)
+    return ops.conv(x, w, weights(cout), stride, padding, groups)
 
 
 def _resnet(ops: Any, x: Any, weights: _Weights, stages: tuple[int, ...], bottleneck: bool,
@@ -365,8 +370,7 @@ def _vit_layer(ops: Any, x: Any, weights: _Weights, image: int = 224, patch: int
     """
     side = image // patch
     seq = side * side
-    w = weights(hidden, 3, patch, patch, fan_in=3 * patch * patch)
-    y = ops.conv(x, w, weights(hidden), patch, 0)  # (1, hidden, side, side)
+    y = _conv(ops, weights, x, 3, hidden, patch, patch, padding=0)  # (1, hidden, side, side)
     y = ops.transpose(ops.reshape(y, (1, hidden, seq)), (0, 2, 1))  # (1, seq, hidden)
     ones, zeros = np.ones(hidden, "float32"), np.zeros(hidden, "float32")
     y = ops.add(y, _self_attention(ops, weights, ops.layer_norm(y, ones, zeros), seq, hidden, heads))
@@ -450,7 +454,7 @@ def _convnext_stage1(ops: Any, x: Any, weights: _Weights, dim: int = 96, blocks:
     def to_first(t):  # (1, side * side, dim) -> (1, dim, side, side)
         return ops.reshape(ops.transpose(t, (0, 2, 1)), (1, dim, side, side))
 
-    y = ops.conv(x, weights(dim, 3, 4, 4, fan_in=48), weights(dim), 4, 0)
+    y = _conv(ops, weights, x, 3, dim, 4, 4, padding=0)
     y = ops.layer_norm(to_last(y), ones, zeros)
     for _ in range(blocks):
         z = _conv(ops, weights, to_first(y), dim, dim, 7, groups=dim)  # depthwise 7x7
@@ -587,8 +591,7 @@ def _squeezenet11_fires2to5(ops: Any, x: Any, weights: _Weights) -> Any:
         s = ops.relu(conv(t, cin, squeeze, 1))
         return ops.concat([ops.relu(conv(s, squeeze, expand, 1)), ops.relu(conv(s, squeeze, expand, 3))])
 
-    w = weights(64, 3, 3, 3, fan_in=27)
-    y = ops.max_pool(ops.relu(ops.conv(x, w, weights(64), 2, 0)), 3, 2, 0)  # (1, 64, 55, 55)
+    y = ops.max_pool(ops.relu(conv(x, 3, 64, 3, 2, padding=0)), 3, 2, 0)  # (1, 64, 55, 55)
     y = ops.max_pool(fire(fire(y, 64, 16, 64), 128, 16, 64), 3, 2, 0)  # (1, 128, 27, 27)
     return ops.max_pool(fire(fire(y, 128, 32, 128), 256, 32, 128), 3, 2, 0)
 
@@ -605,19 +608,17 @@ def _inception_v3_6a6b(ops: Any, x: Any, weights: _Weights) -> Any:
     torchvision's) then a 1x1 to 192. Output (1, 768, 17, 17).
     """
 
-    def conv(t, cin, cout, kh, kw, stride=1, padding=(0, 0)):
-        w = weights(cout, cin, kh, kw, fan_in=cin * kh * kw)
-        return ops.relu(ops.conv(t, w, weights(cout), stride, padding))
+    def conv(t, cin, cout, k, stride=1, padding=None):
+        return ops.relu(_conv(ops, weights, t, cin, cout, k, stride, padding=padding))
 
-    y = ops.concat([conv(x, 288, 384, 3, 3, 2),
-                    conv(conv(conv(x, 288, 64, 1, 1), 64, 96, 3, 3, padding=(1, 1)), 96, 96, 3, 3, 2),
+    y = ops.concat([conv(x, 288, 384, 3, 2, padding=0),
+                    conv(conv(conv(x, 288, 64, 1), 64, 96, 3), 96, 96, 3, 2, padding=0),
                     ops.max_pool(x, 3, 2, 0)])
-    row, col = (0, 3), (3, 0)  # the padding that keeps 17 x 17 under a 1x7 and a 7x1 kernel
-    b7 = conv(conv(conv(y, 768, 128, 1, 1), 128, 128, 1, 7, padding=row), 128, 192, 7, 1, padding=col)
-    d7 = conv(y, 768, 128, 1, 1)
-    for cout, (kh, kw, pad) in zip((128, 128, 128, 192), ((7, 1, col), (1, 7, row)) * 2):
-        d7 = conv(d7, 128, cout, kh, kw, padding=pad)
-    return ops.concat([conv(y, 768, 192, 1, 1), b7, d7, conv(ops.avg_pool(y, 3, 1, 1), 768, 192, 1, 1)])
+    b7 = conv(conv(conv(y, 768, 128, 1), 128, 128, (1, 7)), 128, 192, (7, 1))
+    d7 = conv(y, 768, 128, 1)
+    for cout, k in zip((128, 128, 128, 192), ((7, 1), (1, 7)) * 2):
+        d7 = conv(d7, 128, cout, k)
+    return ops.concat([conv(y, 768, 192, 1), b7, d7, conv(ops.avg_pool(y, 3, 1, 1), 768, 192, 1)])
 
 
 @dataclass(frozen=True)
