@@ -176,7 +176,7 @@ class NumpyOps:
                           ("efficientnet", (1, 24, 56, 56)), ("yolo", (1, 64, 40, 40)),
                           ("resnext", (1, 1000)), ("shufflenet", (1, 1000)),
                           ("mnasnet", (1, 40, 28, 28)), ("squeezenet", (1, 256, 13, 13)),
-                          ("inception", (1, 768, 17, 17))])
+                          ("inception", (1, 768, 17, 17)), ("densenet", (1, 128, 28, 28))])
 def test_network_built_with_relax_computes_what_numpy_does(name, out_shape):
     import tvm
     from tvm import relax

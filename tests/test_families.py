@@ -127,6 +127,13 @@ def test_every_task_of_the_networks_has_a_family():
     assert families["inception/fused_conv2d6_add5_relu5"] == "conv2d"
     assert families["inception/avg_pool2d"] == "pool"
     assert families["inception/concatenate1"] == "layout"
+    # DenseNet-121: the 3x3 growth convolution, the 1x1 bottlenecks over concatenated inputs, the
+    # transition's 2x2 average pool, a concatenation with the next layer's batch norm and ReLU
+    assert families["densenet/fused_conv2d1_add2"] == "conv2d"
+    assert families["densenet/fused_conv2d4_add1_relu1"] == "conv2d"
+    assert families["densenet/avg_pool2d"] == "pool"
+    assert families["densenet/fused_concatenate2_multiply3_add4_relu3"] == "elementwise"
+    assert families["densenet/fused_multiply_add_relu"] == "elementwise"
 
 
 def test_pools_carry_their_family_and_machine():

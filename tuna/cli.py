@@ -1066,7 +1066,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("network",
                    help="a network of tuna bench network "
                         "(resnet18, resnet50, resnext, mobilenetv2, bert, bert-large, vit, llama, convnext, "
-                        "gpt2, whisper, efficientnet, yolo, shufflenet, mnasnet, squeezenet, inception)")
+                        "gpt2, whisper, efficientnet, yolo, shufflenet, mnasnet, squeezenet, inception, densenet)")
     p.set_defaults(func=_bench_tasks)
 
     p = bench_sub.add_parser("collect", help="measure a pool on this machine: MetaSchedule tuning + re-timing")
@@ -1166,8 +1166,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = bench_sub.add_parser("network", help="whole networks tuned with tuna and MetaSchedule, timed here")
     p.add_argument("--models", default="resnet18,bert",
                    help="comma-separated: resnet18, resnet50, resnext, mobilenetv2, bert, bert-large, vit, llama, "
-                        "convnext, gpt2, whisper, efficientnet, yolo, shufflenet, mnasnet, squeezenet, inception "
-                        "(default resnet18,bert)")
+                        "convnext, gpt2, whisper, efficientnet, yolo, shufflenet, mnasnet, squeezenet, inception, "
+                        "densenet (default resnet18,bert)")
     p.add_argument("--methods", default="untuned,tuna,metaschedule,pytorch",
                    help="comma-separated subset of untuned,tuna,metaschedule,pytorch (default all)")
     p.add_argument("--target", "-t", help=HERE_TARGET)

@@ -31,7 +31,7 @@ ANSOR_FAMILIES: dict[str, str] = {
 
 FAMILIES: tuple[str, ...] = (
     "conv1d", "conv2d", "conv2d_winograd", "conv3d", "group_conv2d", "depthwise", "conv2d_transpose", "dense",
-    "batch_matmul", "pool", "softmax", "layernorm", "norm", "layout", "other",
+    "batch_matmul", "pool", "softmax", "layernorm", "norm", "layout", "elementwise", "other",
 )
 
 _BLOCK = re.compile(r'T\.s?block\("(\w+)"\)')
@@ -99,4 +99,10 @@ def family_of(workload: str, script: str) -> str:
     if blocks and all(b == "root" or b.startswith(("T_reshape", "T_transpose", "T_concat", "T_split"))
                       for b in blocks):
         return "layout"
+    if any(b.startswith("T_") for b in blocks) and all(
+        b in ("root", "compute") or re.fullmatch(r"T_[a-z_]+", b) for b in blocks
+    ):
+        # TOPI's operators per element (a per-channel scale and shift, then ReLU's "compute"),
+        # copies such as a concatenation among them.
+        return "elementwise"
     return "other"

@@ -621,6 +621,29 @@ def _inception_v3_6a6b(ops: Any, x: Any, weights: _Weights) -> Any:
     return ops.concat([conv(y, 768, 192, 1), b7, d7, conv(ops.avg_pool(y, 3, 1, 1), 768, 192, 1)])
 
 
+def _densenet121_block1(ops: Any, x: Any, weights: _Weights, growth: int = 32, layers: int = 6) -> Any:
+    """DenseNet-121 (Huang et al., 2017; torchvision's ``densenet121``) cut to its first dense
+    block and first transition, from the 64 x 56 x 56 feature map its stem gives. Each of the six
+    dense layers takes the concatenation of all earlier feature maps (64, 96, ..., 224 channels),
+    applies batch norm and ReLU (a per-channel scale and shift: it follows a concatenation, so it
+    folds into no convolution), a 1x1 convolution to 128 channels with ReLU (the second batch
+    norm folded into it) and a padded 3x3 convolution to 32 channels, and appends its output. The
+    transition applies batch norm and ReLU to the 256 channels, a 1x1 convolution to 128 and a
+    2x2 stride-2 average pool. Output (1, 128, 28, 28).
+    """
+
+    def preact(t, c):
+        return ops.relu(ops.add_constant(ops.multiply_constant(t, 1.0 + weights(1, c, 1, 1)), weights(1, c, 1, 1)))
+
+    feats, c = [x], 64
+    for _ in range(layers):
+        y = ops.relu(_conv(ops, weights, preact(ops.concat(feats) if len(feats) > 1 else x, c), c, 4 * growth, 1))
+        feats.append(_conv(ops, weights, y, 4 * growth, growth, 3))
+        c += growth
+    y = _conv(ops, weights, preact(ops.concat(feats), c), c, c // 2, 1)
+    return ops.avg_pool(y, 2, 2, 0)
+
+
 @dataclass(frozen=True)
 class Network:
     """A network tuna can build: its input and how to write it against the operations.
@@ -686,6 +709,10 @@ NETWORKS: dict[str, Network] = {
                 "first factorized-7x7 block Mixed_6b (1x7 and 7x1 convolutions, a 3x3 average pool); batch 1, "
                 "input the 288x35x35 feature map of Mixed_5d, random weights", (1, 288, 35, 35),
                 _inception_v3_6a6b),
+        Network("densenet", "DenseNet-121 (torchvision's densenet121) cut to its first dense block (six layers "
+                "of batch norm, ReLU, 1x1 and 3x3 convolutions over the concatenated feature maps, 64 to 256 "
+                "channels at 56x56) and first transition; batch 1, input the 64x56x56 feature map of the stem, "
+                "random weights", (1, 64, 56, 56), _densenet121_block1),
     )
 }
 
