@@ -510,11 +510,9 @@ def test_llvm_vectorizes_padding_copies_whose_test_peeling_settles(size, stride,
     assert ({"max": "vmaxps", "sum": "vaddps"}[reduce] in asm) == vectorized
 
 
-# The model keeps every guarded statement scalar (codegen._codegen). A rule that let LLVM's
-# loop vectorizer take a padding stage's copy where the test fails only in the first few
-# iterations (docs/bench/tried/ir-padding-peeled.patch) got these right and the padded max
-# pools' fastest candidates, which the IR tier predicts 3-7 times too slow, but ranked the
-# development pools no better (BENCHMARKS.md, 2026-12-07): convolutions with such copies lost.
+# The model lets LLVM's vectorizers take a padding copy whose test peeling settles only where
+# the copy goes to a buffer LLVM keeps in registers (codegen._guard_peeled); these pools copy
+# into a whole feature map in memory, which the model still keeps scalar.
 @pytest.mark.parametrize(("size", "stride", "reduce", "vectorized"), [
     pytest.param(*case, marks=pytest.mark.xfail(reason="vectorized by LLVM, kept scalar by the model", strict=True))
     if case[3] else case for case in _PADDED_POOLS])
@@ -526,6 +524,81 @@ def test_the_model_vectorizes_padding_copies_as_llvm(size, stride, reduce, vecto
     assert pad.op_count("cmp")
     kinds = {lp.var: lp.kind for lp in codegen_loops(pad, loops, zen4, frozenset(tvm_unrolled(kernel)), homes)}
     assert (kinds["j"] == LoopKind.VECTORIZED) == vectorized
+
+
+def _padded_columns(parallel: bool) -> tvm.IRModule:
+    """A 3x3 stride-2 convolution's loop over 28 output columns, in a parallel loop or not: at
+    each column, 8 channels' padded windows copied to a local buffer under a bounds test (72
+    loads), then 2 output channels updated (144 products), all unrolled inside the loop."""
+    return parse_tvmscript(f'''
+# from tvm.script import tirx as T
+@T.prim_func(s_tir=True)
+def main(X: T.Buffer((64, 56, 56), "float32"), W: T.Buffer((16, 8, 3, 3), "float32"),
+         Y: T.Buffer((16, 28, 28), "float32")):
+    T.func_attr({{"tirx.noalias": True}})
+    for g in T.{"parallel" if parallel else "serial"}(8, annotations={{"pragma_auto_unroll_max_step": 512,
+                                                                     "pragma_unroll_explicit": 1}}):
+        for i, j in T.grid(28, 28):
+            L = T.sblock_alloc_buffer((8, 3, 3))
+            for c, a in T.grid(8, 3):
+                for b in T.vectorized(3):
+                    with T.sblock("pad"):
+                        vc, va, vb, vg, vi, vj = T.axis.remap("SSSSSS", [c, a, b, g, i, j])
+                        L[vc, va, vb] = T.if_then_else(
+                            1 <= vi * 2 + va and vi * 2 + va < 57 and 1 <= vj * 2 + vb and vj * 2 + vb < 57,
+                            X[vg * 8 + vc, vi * 2 + va - 1, vj * 2 + vb - 1], T.float32(0))
+            for f, c, a, b in T.grid(2, 8, 3, 3):
+                with T.sblock("update"):
+                    vg, vi, vj, vf, vc, va, vb = T.axis.remap("SSSSRRR", [g, i, j, f, c, a, b])
+                    Y[vg * 2 + vf, vi, vj] = Y[vg * 2 + vf, vi, vj] + L[vc, va, vb] * W[vg * 2 + vf, vc, va, vb]
+''', "padded_columns")
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_llvm_keeps_a_parallel_loop_with_unsettled_padding_loads_scalar(parallel):
+    """In a parallel loop's outlined body the 72 conditional loads make LLVM's loop vectorizer
+    give up on the columns, the updates with them; outside one it vectorizes them."""
+    zen4 = machine.preset("zen4")
+    mod = _padded_columns(parallel)
+    asm = tvm.compile(mod, target=tvm_target(zen4)).mod.inspect_source("s")
+    assert bool(re.search(r"vfmadd\w*ps", asm)) != parallel
+    assert re.search(r"vfmadd\w*ss", asm) or not parallel
+    kernel = integration.kernel_from_module(mod)
+    tvm_loops = frozenset(tvm_unrolled(kernel))
+    homes = {a.name: a.loop for a in kernel.allocations}
+    in_registers = register_buffers(kernel, zen4, tvm_loops)
+    for stmt, loops in walk(kernel.body):
+        kinds = {lp.var: lp.kind for lp in codegen_loops(stmt, loops, zen4, tvm_loops, homes, in_registers)}
+        # The model keeps the copies scalar either way: their test fails at the first column
+        # only, but the body is too large for LLVM to peel it off. Outside a parallel loop LLVM
+        # vectorizes them with the loop as masked loads, which the model does not count.
+        assert (kinds["j"] == LoopKind.VECTORIZED) == (stmt.name == "update" and not parallel)
+
+
+def test_the_model_vectorizes_a_max_pools_padding_copies_where_llvm_peels_their_test():
+    """The shipped ResNet-50 max pool's fastest candidate copies each 3x3 window into registers
+    under a bounds test that fails only at the first column: LLVM peels it and vectorizes the
+    columns, copies, initialisation and maximum alike; so does the model."""
+    from importlib import resources
+
+    import numpy as np
+
+    from tuna.bench.pools import load_pool
+
+    zen4 = machine.preset("zen4")
+    pool = load_pool(resources.files("tuna.data") / "pools" / "resnet50-max_pool2d.json.gz")
+    best = int(np.nanargmin(np.asarray(pool.secs_a, dtype=float)))
+    mod = analysis.apply_trace(integration.pool_module(pool), pool.traces[best]).mod
+    assert "vmaxps" in tvm.compile(mod, target=tvm_target(zen4)).mod.inspect_source("s")
+    kernel = integration.kernel_from_module(mod)
+    tvm_loops = frozenset(tvm_unrolled(kernel))
+    homes = {a.name: a.loop for a in kernel.allocations}
+    in_registers = register_buffers(kernel, zen4, tvm_loops)
+    statements = list(walk(kernel.body))
+    assert any(stmt.op_count("cmp") for stmt, _ in statements)
+    for stmt, loops in statements:
+        code = codegen_loops(stmt, loops, zen4, tvm_loops, homes, in_registers)
+        assert [lp.kind for lp in code if lp.extent == 56][-1] == LoopKind.VECTORIZED
 
 
 def test_loads_invariant_in_a_rolled_loop_reach_the_cache_once_before_it_as_in_llvm():

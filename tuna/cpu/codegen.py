@@ -266,7 +266,7 @@ def folded_share(stmt: Statement, loops: tuple[Loop, ...], tvm: frozenset[str] |
 
 def codegen_loops(
     stmt: Statement, loops: tuple[Loop, ...], machine: Machine, tvm: frozenset[str] | None = None,
-    homes: Mapping[str, str | None] | None = None,
+    homes: Mapping[str, str | None] | None = None, in_registers: frozenset[str] = frozenset(),
 ) -> tuple[Loop, ...]:
     """``loops`` with the kinds LLVM gives them when it compiles TVM's loop nest.
 
@@ -279,9 +279,12 @@ def codegen_loops(
     stored element's last dimension and every access is contiguous in it or independent of
     it (floating-point reductions are not reordered without fast-math, so a reduction loop
     stays scalar), and the statement has no condition (LLVM leaves conditional loads, such as
-    those of an inlined padding, scalar). The innermost such loop becomes vectorized; the loop
-    vectorizer leaves a loop whose unrolled body accesses memory too often scalar
-    (:data:`MAX_LOOP_VECTORIZER_ACCESSES`).
+    those of an inlined padding, scalar) unless LLVM settles it by peeling the loop's first
+    iterations (:func:`_guard_peeled`; ``in_registers``: the buffers
+    :func:`register_buffers` finds in registers). The innermost such loop becomes vectorized;
+    the loop vectorizer leaves a loop whose unrolled body accesses memory too often scalar
+    (:data:`MAX_LOOP_VECTORIZER_ACCESSES`), and, inside a parallel loop, one whose body holds
+    such conditional loads in any statement (:func:`_guarded_loads`).
 
     The SLP vectorizer does not merge copies that have a reduction unrolled inside them: each
     copy's accumulator is loaded, updated and stored once per step of the reduction, and the
@@ -293,7 +296,7 @@ def codegen_loops(
     A store into a buffer allocated anew in each iteration of the loop does not keep the loop
     vectorizer from it (:func:`_private_writes`).
     """
-    return _codegen(stmt, loops, machine, tvm, homes)[0]
+    return _codegen(stmt, loops, machine, tvm, homes, in_registers)[0]
 
 
 def _private_writes(
@@ -326,7 +329,7 @@ def _private_writes(
 
 def _codegen(
     stmt: Statement, loops: tuple[Loop, ...], machine: Machine, tvm: frozenset[str] | None,
-    homes: Mapping[str, str | None] | None = None,
+    homes: Mapping[str, str | None] | None = None, in_registers: frozenset[str] = frozenset(),
 ) -> tuple[tuple[Loop, ...], set[str], set[int]]:
     """:func:`codegen_loops`, with the loops TVM unrolls (names) and those LLVM unrolls completely (positions)."""
     unrolled = unrolled_loops(loops, tvm)
@@ -334,8 +337,11 @@ def _codegen(
         return loops, unrolled, set()
     region, full = _llvm_unrolling(stmt, loops, unrolled, machine.lanes(stmt.dtype_bytes))
     out = [dataclasses.replace(lp, kind=LoopKind.UNROLLED) if pos in full else lp for pos, lp in enumerate(loops)]
-    if any(lp.kind == LoopKind.VECTORIZED for lp in loops) or stmt.op_count("cmp"):
-        return tuple(out), unrolled, full  # vectorized by TVM already, or conditional loads (inlined padding)
+    if any(lp.kind == LoopKind.VECTORIZED for lp in loops) or (
+        stmt.op_count("cmp") and not any(_guard_peeled(stmt, loops, loops[pos], homes, in_registers)
+                                     and all(x.var in unrolled for x in loops[pos + 1:]) for pos in region)
+    ):
+        return tuple(out), unrolled, full  # vectorized by TVM already, or conditional loads LLVM keeps
     writes = [a for a in stmt.accesses if a.write]
     parallel = any(lp.kind == LoopKind.PARALLEL for lp in loops)
     for pos in region:
@@ -343,12 +349,17 @@ def _codegen(
         slp = lp.var in unrolled or pos in full
         strided = (not slp and loop_vectorized_reads(lp, machine) is not None
                    and not _unrolled_late(stmt, loops[pos + 1 :], unrolled))
+        if stmt.op_count("cmp") and not (_guard_peeled(stmt, loops, lp, homes, in_registers)
+                                          and all(x.var in unrolled for x in loops[pos + 1:])):
+            continue  # a bounds test that LLVM does not settle before its vectorizers run
         if slp and stmt.op_count("math"):
             continue  # the SLP vectorizer leaves copies of library calls without a vector form scalar
         if slp and any(not stmt.stores_vary_with(x.var) for x in loops[pos + 1 :]):
             continue  # each copy's stores sit between the updates of a reduction unrolled inside it
         if not slp and parallel and _body_accesses(stmt, loops[pos + 1 :]) > MAX_LOOP_VECTORIZER_ACCESSES:
             break  # the loop vectorizer gives up on a body this large (and takes only innermost loops)
+        if not slp and parallel and _guarded_loads(loops, pos, tvm, homes, in_registers):
+            break  # loads under a bounds test LLVM does not settle, in the same loop (_guarded_loads)
         private: set[tuple] = set()
         fresh: set[str] = set()
         if homes and not slp:
@@ -371,6 +382,96 @@ def _codegen(
             out[pos] = dataclasses.replace(lp, kind=LoopKind.VECTORIZED)
             break
     return tuple(out), unrolled, full
+
+
+#: Iterations LLVM peels off the front of a loop to settle a comparison of its induction
+#: variable in the rest (``-unroll-peel-max-count``, 7, in LLVM's LoopPeel.cpp).
+MAX_PEELED_ITERATIONS = 7
+#: Size of a loop's body (loads, stores and operations of its statements over the copies
+#: unrolled inside it, as :data:`FULL_UNROLL_SIZE` counts them) up to which LLVM peels an
+#: iteration off it: the unrolling threshold must hold the loop and its peeled copy
+#: (LoopPeel.cpp's ``computePeelCount``: at most ``threshold / size - 1`` iterations).
+MAX_PEELED_BODY_SIZE = FULL_UNROLL_SIZE // 2
+
+
+def _guard_peeled(
+    stmt: Statement, loops: tuple[Loop, ...], lp: Loop, homes: Mapping[str, str | None] | None,
+    in_registers: frozenset[str] = frozenset(),
+) -> bool:
+    """Whether ``stmt``'s guard is a padding test that LLVM settles inside ``lp`` by peeling.
+
+    ``stmt`` is a padding stage's copy into a buffer allocated in the kernel that LLVM keeps in
+    registers (``in_registers``); its read leaves the padded buffer only in the first
+    :data:`MAX_PEELED_ITERATIONS` iterations of ``lp`` or fewer and never in the last, and the
+    body of ``lp`` is small enough to peel (:data:`MAX_PEELED_BODY_SIZE`). Compiled here (TVM
+    0.27, znver4), the shipped ResNet-50 padded 3x3 stride-2 max pool has its fastest
+    candidate's copies vectorized with the columns, the first column peeled
+    (``tests/test_codegen_llvm.py``); ResNeXt's stride-2 grouped convolution whose column loop
+    holds 72 such copies and 144 updates keeps them scalar (``heldout-pools-32``, conv2d8's
+    candidate 40): a body too large to peel.
+    """
+    written = {a.buffer for a in stmt.accesses if a.write}
+    if not written or not written <= in_registers or not homes or any(buf not in homes for buf in written) or any(
+        a.buffer in written for a in stmt.accesses if not a.write
+    ):
+        return False
+    ranges = {x.var: x.extent - 1 for x in loops}
+    padded = False
+    for acc in stmt.accesses:
+        if acc.write:
+            continue
+        for ix, size in zip(acc.indices, acc.shape, strict=True):
+            if ix.opaque:
+                continue
+            low = ix.const + sum(min(0, c) * ranges.get(v, 0) for v, c in ix.coeffs)
+            high = ix.const + sum(max(0, c) * ranges.get(v, 0) for v, c in ix.coeffs)
+            if low >= 0 and high < size:
+                continue
+            padded = True
+            step = ix.coeff(lp.var)
+            if step <= 0:
+                continue
+            if high >= size:
+                return False
+            if math.ceil(-low / step) > MAX_PEELED_ITERATIONS:
+                return False
+    pos = next(i for i, x in enumerate(loops) if x is lp)
+    return padded and _body_size(loops[: pos + 1]) <= MAX_PEELED_BODY_SIZE
+
+
+def _body_size(loops: tuple[Loop, ...]) -> int:
+    """Size of the body of ``loops[-1]`` (the loops around it first): every statement's loads,
+    stores and operations times the iterations of its loops inside it."""
+    return sum((len(stmt.accesses) + stmt.op_count()) * math.prod(x.extent for x in inner[len(loops):])
+               for stmt, inner in walk(loops[-1].body, loops))
+
+
+def _guarded_loads(
+    loops: tuple[Loop, ...], pos: int, tvm: frozenset[str] | None, homes: Mapping[str, str | None] | None,
+    in_registers: frozenset[str] = frozenset(),
+) -> bool:
+    """Whether a statement in the body of ``loops[pos]`` loads under a bounds test that LLVM
+    does not settle first (:func:`_guard_peeled`), nor TVM (:func:`folded_share`).
+
+    In a parallel loop's body, which TVM outlines into a function that gets its buffers from a
+    closure without the no-alias attribute, LLVM's loop vectorizer ignores the type-based alias
+    information of the loads it must predicate, so it has to prove at run time that they do not
+    overlap the loop's stores; mostly it gives up and leaves the whole loop scalar, every
+    statement of its body with it. Its remarks (``scripts/llvm_remarks.py``): ResNeXt's stride-2
+    grouped convolution (``heldout-pools-32``, conv2d8's candidate 40, 10.7 times its pool's
+    best) "Too many SCEV assumptions", and "cannot prove it is safe to reorder memory
+    operations" with that limit raised; probes of a padded stride-2 column loop (1-8 channels'
+    windows, 1-8 output channels) were left scalar in 14 of 16 shapes inside a parallel loop
+    and vectorized in the 5 shapes tried outside one (``tests/test_codegen_llvm.py``,
+    ``_padded_columns``). Not every such loop stays scalar: a ConvNeXt 7x7 depthwise candidate
+    (``heldout-pools-27``, candidate 87) holding 70 such loads is vectorized.
+    """
+    for other, inner in walk(loops[pos].body, loops[: pos + 1]):
+        if (other.op_count("cmp") and any(not a.write for a in other.accesses)
+                and folded_share(other, inner, tvm) == 1
+                and not _guard_peeled(other, inner, loops[pos], homes, in_registers)):
+            return True
+    return False
 
 
 def _unrolled_late(stmt: Statement, inner: tuple[Loop, ...], unrolled: set[str]) -> bool:
