@@ -9,8 +9,9 @@ pass) and that IR optimised again at -O3 by llvmlite's LLVM, whose ``set_option`
 them. With the same LLVM major version (llvmlite 0.50: LLVM 22.1; apache-tvm 0.27: LLVM 22)
 this gave the same optimised IR as TVM's own -O3 build, instruction for instruction (block and
 metadata names aside), on the two candidates compared (``heldout-pools-32`` ResNeXt conv2d8's
-candidate 40, ``heldout-pools-27`` ConvNeXt conv2d1's candidate 87). Printed per candidate: its time over its pool's best and each loop-vectorizer remark
-(vectorized loops with their width; loops left scalar with LLVM's reason), counted.
+candidate 40, ``heldout-pools-27`` ConvNeXt conv2d1's candidate 87). Printed per candidate:
+its time over its pool's best and each loop-vectorizer remark (vectorized loops with their
+width; loops left scalar with LLVM's reason), counted.
 ``--option`` passes further LLVM options (a threshold raised, to see which limit a loop hit).
 
 llvmlite is not a dependency of tuna: install it beside (``.venv/bin/pip install llvmlite``).
