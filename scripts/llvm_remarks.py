@@ -119,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
               "its decisions may differ", file=sys.stderr)
     try:
         machine = as_machine(args.target, None)
+        if machine.kind != "cpu":
+            raise TunaError(f"{args.target} is not a CPU preset: LLVM's loop vectorizer runs on CPU code only")
         pool = load_pool(args.pool)
         mod = pool_module(pool)
     except TunaError as err:

@@ -629,7 +629,9 @@ def _densenet121_block1(ops: Any, x: Any, weights: _Weights, growth: int = 32, l
     folds into no convolution), a 1x1 convolution to 128 channels with ReLU (the second batch
     norm folded into it) and a padded 3x3 convolution to 32 channels, and appends its output. The
     transition applies batch norm and ReLU to the 256 channels, a 1x1 convolution to 128 and a
-    2x2 stride-2 average pool. Output (1, 128, 28, 28).
+    2x2 stride-2 average pool. Every convolution has a bias (:func:`_conv`), where torchvision's
+    3x3 and transition convolutions have none: one more addition in those tasks' epilogues.
+    Output (1, 128, 28, 28).
     """
 
     def preact(t, c):
