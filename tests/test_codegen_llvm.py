@@ -526,6 +526,17 @@ def test_the_model_vectorizes_padding_copies_as_llvm(size, stride, reduce, vecto
     assert (kinds["j"] == LoopKind.VECTORIZED) == vectorized
 
 
+def _model_loops(mod: tvm.IRModule, zen4) -> list:
+    """Each statement of ``mod`` with its loops as the model has LLVM compile them, the buffers
+    LLVM keeps in registers known (as the IR tier calls :func:`codegen_loops`)."""
+    kernel = integration.kernel_from_module(mod)
+    tvm_loops = frozenset(tvm_unrolled(kernel))
+    homes = {a.name: a.loop for a in kernel.allocations}
+    in_registers = register_buffers(kernel, zen4, tvm_loops)
+    return [(stmt, codegen_loops(stmt, loops, zen4, tvm_loops, homes, in_registers))
+            for stmt, loops in walk(kernel.body)]
+
+
 def _padded_columns(parallel: bool) -> tvm.IRModule:
     """A 3x3 stride-2 convolution's loop over 28 output columns, in a parallel loop or not: at
     each column, 8 channels' padded windows copied to a local buffer under a bounds test (72
@@ -563,12 +574,8 @@ def test_llvm_keeps_a_parallel_loop_with_unsettled_padding_loads_scalar(parallel
     asm = tvm.compile(mod, target=tvm_target(zen4)).mod.inspect_source("s")
     assert bool(re.search(r"vfmadd\w*ps", asm)) != parallel
     assert re.search(r"vfmadd\w*ss", asm) or not parallel
-    kernel = integration.kernel_from_module(mod)
-    tvm_loops = frozenset(tvm_unrolled(kernel))
-    homes = {a.name: a.loop for a in kernel.allocations}
-    in_registers = register_buffers(kernel, zen4, tvm_loops)
-    for stmt, loops in walk(kernel.body):
-        kinds = {lp.var: lp.kind for lp in codegen_loops(stmt, loops, zen4, tvm_loops, homes, in_registers)}
+    for stmt, code in _model_loops(mod, zen4):
+        kinds = {lp.var: lp.kind for lp in code}
         # The model keeps the copies scalar either way: their test fails at the first column
         # only, but the body is too large for LLVM to peel it off. Outside a parallel loop LLVM
         # vectorizes them with the loop as masked loads, which the model does not count.
@@ -579,25 +586,18 @@ def test_the_model_vectorizes_a_max_pools_padding_copies_where_llvm_peels_their_
     """The shipped ResNet-50 max pool's fastest candidate copies each 3x3 window into registers
     under a bounds test that fails only at the first column: LLVM peels it and vectorizes the
     columns, copies, initialisation and maximum alike; so does the model."""
-    from importlib import resources
-
     import numpy as np
 
-    from tuna.bench.pools import load_pool
+    from tuna.bench import shipped_pool
 
     zen4 = machine.preset("zen4")
-    pool = load_pool(resources.files("tuna.data") / "pools" / "resnet50-max_pool2d.json.gz")
+    pool = shipped_pool("resnet50/max_pool2d")
     best = int(np.nanargmin(np.asarray(pool.secs_a, dtype=float)))
     mod = analysis.apply_trace(integration.pool_module(pool), pool.traces[best]).mod
     assert "vmaxps" in tvm.compile(mod, target=tvm_target(zen4)).mod.inspect_source("s")
-    kernel = integration.kernel_from_module(mod)
-    tvm_loops = frozenset(tvm_unrolled(kernel))
-    homes = {a.name: a.loop for a in kernel.allocations}
-    in_registers = register_buffers(kernel, zen4, tvm_loops)
-    statements = list(walk(kernel.body))
+    statements = _model_loops(mod, zen4)
     assert any(stmt.op_count("cmp") for stmt, _ in statements)
-    for stmt, loops in statements:
-        code = codegen_loops(stmt, loops, zen4, tvm_loops, homes, in_registers)
+    for _, code in statements:
         assert [lp.kind for lp in code if lp.extent == 56][-1] == LoopKind.VECTORIZED
 
 

@@ -337,10 +337,11 @@ def _codegen(
         return loops, unrolled, set()
     region, full = _llvm_unrolling(stmt, loops, unrolled, machine.lanes(stmt.dtype_bytes))
     out = [dataclasses.replace(lp, kind=LoopKind.UNROLLED) if pos in full else lp for pos, lp in enumerate(loops)]
-    if any(lp.kind == LoopKind.VECTORIZED for lp in loops) or (
-        stmt.op_count("cmp") and not any(_guard_peeled(stmt, loops, loops[pos], homes, in_registers)
-                                     and all(x.var in unrolled for x in loops[pos + 1:]) for pos in region)
-    ):
+    # Loops whose vectorizers may take a guarded statement: its test settled by peeling, with
+    # everything inside unrolled by TVM.
+    settled = {pos for pos in region if all(x.var in unrolled for x in loops[pos + 1:])
+               and _guard_peeled(stmt, loops, pos, homes, in_registers)} if stmt.op_count("cmp") else set()
+    if any(lp.kind == LoopKind.VECTORIZED for lp in loops) or (stmt.op_count("cmp") and not settled):
         return tuple(out), unrolled, full  # vectorized by TVM already, or conditional loads LLVM keeps
     writes = [a for a in stmt.accesses if a.write]
     parallel = any(lp.kind == LoopKind.PARALLEL for lp in loops)
@@ -349,8 +350,7 @@ def _codegen(
         slp = lp.var in unrolled or pos in full
         strided = (not slp and loop_vectorized_reads(lp, machine) is not None
                    and not _unrolled_late(stmt, loops[pos + 1 :], unrolled))
-        if stmt.op_count("cmp") and not (_guard_peeled(stmt, loops, lp, homes, in_registers)
-                                          and all(x.var in unrolled for x in loops[pos + 1:])):
+        if stmt.op_count("cmp") and pos not in settled:
             continue  # a bounds test that LLVM does not settle before its vectorizers run
         if slp and stmt.op_count("math"):
             continue  # the SLP vectorizer leaves copies of library calls without a vector form scalar
@@ -395,10 +395,10 @@ MAX_PEELED_BODY_SIZE = FULL_UNROLL_SIZE // 2
 
 
 def _guard_peeled(
-    stmt: Statement, loops: tuple[Loop, ...], lp: Loop, homes: Mapping[str, str | None] | None,
+    stmt: Statement, loops: tuple[Loop, ...], pos: int, homes: Mapping[str, str | None] | None,
     in_registers: frozenset[str] = frozenset(),
 ) -> bool:
-    """Whether ``stmt``'s guard is a padding test that LLVM settles inside ``lp`` by peeling.
+    """Whether ``stmt``'s guard is a padding test that LLVM settles inside ``lp = loops[pos]`` by peeling.
 
     ``stmt`` is a padding stage's copy into a buffer allocated in the kernel that LLVM keeps in
     registers (``in_registers``); its read leaves the padded buffer only in the first
@@ -415,6 +415,7 @@ def _guard_peeled(
         a.buffer in written for a in stmt.accesses if not a.write
     ):
         return False
+    lp = loops[pos]
     ranges = {x.var: x.extent - 1 for x in loops}
     padded = False
     for acc in stmt.accesses:
@@ -435,7 +436,6 @@ def _guard_peeled(
                 return False
             if math.ceil(-low / step) > MAX_PEELED_ITERATIONS:
                 return False
-    pos = next(i for i, x in enumerate(loops) if x is lp)
     return padded and _body_size(loops[: pos + 1]) <= MAX_PEELED_BODY_SIZE
 
 
@@ -469,7 +469,7 @@ def _guarded_loads(
     for other, inner in walk(loops[pos].body, loops[: pos + 1]):
         if (other.op_count("cmp") and any(not a.write for a in other.accesses)
                 and folded_share(other, inner, tvm) == 1
-                and not _guard_peeled(other, inner, loops[pos], homes, in_registers)):
+                and not _guard_peeled(other, inner, pos, homes, in_registers)):
             return True
     return False
 

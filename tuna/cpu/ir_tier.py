@@ -228,6 +228,12 @@ def _access_lanes(access: Access, vec: Loop | None, hw_lanes: int) -> int:
     return math.ceil(vec.extent / math.ceil(vec.extent / hw_lanes))
 
 
+def _without_compares(stmt: Statement) -> Statement:
+    """``stmt`` with its tests gone (its "cmp" operations and zero guards): decided before the
+    code runs, by TVM's unrolling or LLVM's peeling."""
+    return dataclasses.replace(stmt, ops=tuple((k, n) for k, n in stmt.ops if k != "cmp"), guards=())
+
+
 def statement_counts(
     stmt: Statement, loops: tuple[Loop, ...], machine: Machine, tvm: frozenset[str] | None = None,
     homes: Mapping[str, str | None] | None = None, in_registers: frozenset[str] = frozenset(),
@@ -248,7 +254,7 @@ def statement_counts(
     """
     share = folded_share(stmt, loops, tvm)
     if share < 1:
-        stmt = dataclasses.replace(stmt, ops=tuple((k, n) for k, n in stmt.ops if k != "cmp"), guards=())
+        stmt = _without_compares(stmt)
     counts: Counter = Counter()
     by_tvm = any(lp.kind == LoopKind.VECTORIZED for lp in loops)
     loops = codegen_loops(stmt, loops, machine, tvm, homes, in_registers)
@@ -256,7 +262,7 @@ def statement_counts(
     vec = _vector_loop(loops)
     if vec is not None and not by_tvm and stmt.op_count("cmp"):
         # A padding test LLVM settled by peeling (codegen._guard_peeled): the vector loop tests nothing.
-        stmt = dataclasses.replace(stmt, ops=tuple((k, n) for k, n in stmt.ops if k != "cmp"))
+        stmt = _without_compares(stmt)
     # LLVM's own loop vectorizer may pick another width than TVM's vectors get (Machine.auto_vector_bits).
     hw = machine.lanes(stmt.dtype_bytes, auto=vec is not None and not by_tvm)
     vl = vec.extent if vec else 1
