@@ -133,7 +133,11 @@ def main(argv: list[str] | None = None) -> int:
         if not 0 <= i < len(pool.traces):
             print(f"error: the pool has {len(pool.traces)} candidates, not {i + 1}", file=sys.stderr)
             return 2
-        ir = unoptimised_ir(apply_trace(mod, pool.traces[i]).mod, args.target)
+        try:
+            ir = unoptimised_ir(apply_trace(mod, pool.traces[i]).mod, args.target)
+        except (TunaError, RuntimeError) as err:  # TVM's errors are RuntimeErrors
+            print(f"candidate {i}: does not lower: {str(err).strip().splitlines()[-1]}")
+            continue
         if args.keep_ir:
             args.keep_ir.mkdir(parents=True, exist_ok=True)
             (args.keep_ir / f"candidate-{i}.ll").write_text(ir)
